@@ -1,0 +1,222 @@
+"""Pool files and run settings.
+
+A pool file (TOML) lists the workers in id order, the Conductor, and optional run settings:
+
+    [conductor]
+    backend = "embedded"            # openai | embedded | function
+    temperature = 0.2
+
+    [[workers]]
+    name = "gpt-5"
+    backend = "openai"              # any OpenAI-compatible endpoint
+    model = "gpt-5"
+    base_url = "https://api.openai.com/v1"
+    api_key_env = "OPENAI_API_KEY"  # the key is read from this variable, never from the file
+    price = { input = 1.25, output = 10.0 }   # USD per 1M tokens
+
+    [run]
+    max_steps = 5
+
+With no pool file podium uses the embedded default (`podium/pools/default.toml`): the bundled
+SmolLM2-135M-Instruct as the Conductor and as two differently configured workers.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from podium.errors import ConfigError
+
+Backend = Literal["openai", "embedded", "function"]
+BACKENDS: tuple[str, ...] = ("openai", "embedded", "function")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Price(_Frozen):
+    """USD per one million tokens."""
+
+    input: float = 0.0
+    output: float = 0.0
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input + completion_tokens * self.output) / 1e6
+
+
+class ModelSpec(_Frozen):
+    """One model endpoint: a worker, or the Conductor."""
+
+    name: str = Field(description="What traces, tables and errors call this model.")
+    backend: Backend = Field(description="openai | embedded | function.")
+    model: str = Field("", description="Model name sent to the endpoint; for embedded, "
+                       "'smollm2' (the bundled GGUF) or a path to a .gguf file.")
+    base_url: str | None = Field(None, description="OpenAI-compatible endpoint, e.g. "
+                                 "http://localhost:8000/v1.")
+    api_key_env: str | None = Field(None, description="Environment variable holding the key.")
+    function: str | None = Field(None, description="For backend=function: 'module:callable'.")
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = Field(None, description="Maximum new tokens per call.")
+    stop: list[str] | None = None
+    seed: int | None = None
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="Extra request "
+                                       "fields passed through verbatim (e.g. top_k).")
+    grammar_style: Literal["llama_cpp", "vllm"] | None = Field(None, description="How this "
+                                                              "OpenAI-compatible server takes a "
+                                                              "grammar (none: it cannot).")
+    max_concurrency: int = Field(4, ge=1, description="Concurrent calls to this model.")
+    timeout_s: float = Field(600.0, gt=0, description="Read timeout per call.")
+    n_ctx: int = Field(4096, ge=256, description="Context window of an embedded model.")
+    description: str = Field("", description="Shown to the Conductor only with "
+                             "pool_display='descriptions'.")
+    price: Price | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_not_empty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("name must not be empty")
+        return v
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
+        return self.price.cost(prompt_tokens, completion_tokens) if self.price else None
+
+    def api_key(self) -> str | None:
+        """The key from `api_key_env`; ConfigError naming the variable when it is unset."""
+        if not self.api_key_env:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ConfigError(
+                f"Model {self.name!r} reads its API key from the environment variable "
+                f"{self.api_key_env}, which is not set. Export it (export {self.api_key_env}=...) "
+                f"or change api_key_env for this model in the pool file."
+            )
+        return key
+
+
+class ConductorSpec(ModelSpec):
+    name: str = "conductor"
+    constrained: bool | None = Field(None, description="Constrain decoding to a valid workflow "
+                                     "with a grammar; unset = on when the backend supports it.")
+
+
+class RunSettings(_Frozen):
+    """How a question is run. Every field is also a `[run]` key in the pool file."""
+
+    prompt: str = Field("v1", description="Conductor prompt version (podium.workflow.prompt).")
+    fewshots: str = Field("ood", description="Few-shot set: ood | none.")
+    pool_display: Literal["masked", "names", "descriptions"] = Field(
+        "masked", description="How the Conductor sees workers: masked ids (the paper) or names.")
+    max_steps: int = Field(5, ge=1, description="Longest workflow accepted (the paper: 5).")
+    access_mode: Literal["indices", "binary"] = Field(
+        "indices", description="binary: only [] or 'all' (the paper); indices: also step lists.")
+    recursion: int = Field(0, ge=0, description="Recursive Conductor rounds after the first.")
+    recursion_template: str = Field("v1", description="Recursion prompt: v0 | v1 | v2.")
+    previous_round_visibility: Literal["any_all", "per_step"] = Field(
+        "any_all", description="any_all: every new step sees the previous round when any access "
+        "entry is 'all' (reference code); per_step: only steps whose access is 'all'.")
+    final_answer: Literal["last", "last_nonempty"] = Field(
+        "last", description="The answer: the last step's response, or the last non-empty one.")
+    on_step_error: Literal["continue", "stop"] = Field(
+        "continue", description="After a failed step: run the rest, or stop the workflow.")
+    fallback: bool = Field(True, description="If the Conductor's output does not parse, answer "
+                           "with one step on fallback_worker (and say so).")
+    fallback_worker: int = Field(0, ge=0)
+    worker_prefill: bool = Field(True, description="End each worker's messages with a short "
+                                 "assistant prefill.")
+    share_agent_subtasks: bool = Field(False, description="Show every worker the whole plan.")
+    final_agent_knowledge: bool = Field(False, description="Tell the last worker its output is "
+                                        "the final answer.")
+
+
+class Pool(_Frozen):
+    conductor: ConductorSpec
+    workers: tuple[ModelSpec, ...]
+    run: RunSettings = RunSettings()
+    source: str = "<default>"
+
+    def worker(self, index: int) -> ModelSpec:
+        return self.workers[index]
+
+
+def _format_validation(err: ValidationError, source: str) -> str:
+    lines = []
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            lines.append(f"unknown key '{where}'")
+        elif e["type"] == "literal_error" and where.endswith("backend"):
+            lines.append(f"'{where}' = {e.get('input')!r} is not a backend; use one of "
+                         f"{', '.join(BACKENDS)}")
+        else:
+            lines.append(f"'{where}': {e['msg']}")
+    return f"Pool file {source} is not valid: " + "; ".join(lines) + ". Fix these keys " \
+        "(see docs/pools.md for every key)."
+
+
+def pool_from_dict(data: dict[str, Any], source: str = "<dict>") -> Pool:
+    """Validate a parsed pool file. ConfigError names every bad key."""
+    data = dict(data)
+    workers = data.get("workers")
+    if not workers:
+        raise ConfigError(f"Pool file {source} lists no workers. Add at least one [[workers]] "
+                          f"table with a name and a backend.")
+    if "conductor" not in data:
+        raise ConfigError(f"Pool file {source} has no [conductor] table. Add one, e.g. "
+                          f"[conductor] backend = \"embedded\".")
+    try:
+        pool = Pool(source=source, **data)
+    except ValidationError as e:
+        raise ConfigError(_format_validation(e, source)) from None
+    except TypeError as e:
+        raise ConfigError(f"Pool file {source} is not valid: {e}.") from None
+    names = [w.name for w in pool.workers]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"Pool file {source} names workers {dupes} more than once; "
+                          "give each worker a unique name.")
+    for spec in (pool.conductor, *pool.workers):
+        _check_backend_fields(spec, source)
+    if pool.run.fallback_worker >= len(pool.workers):
+        raise ConfigError(f"Pool file {source}: run.fallback_worker = {pool.run.fallback_worker} "
+                          f"but the pool has only workers 0..{len(pool.workers) - 1}.")
+    return pool
+
+
+def _check_backend_fields(spec: ModelSpec, source: str) -> None:
+    if spec.backend == "openai" and not spec.base_url:
+        raise ConfigError(f"Model {spec.name!r} in {source} uses backend 'openai' but has no "
+                          "base_url. Set base_url (e.g. https://api.openai.com/v1 or "
+                          "http://localhost:8000/v1).")
+    if spec.backend == "openai" and not spec.model:
+        raise ConfigError(f"Model {spec.name!r} in {source} uses backend 'openai' but has no "
+                          "model. Set model to the name the endpoint serves.")
+    if spec.backend == "function" and not spec.function:
+        raise ConfigError(f"Model {spec.name!r} in {source} uses backend 'function' but has no "
+                          "function. Set function = \"package.module:callable\".")
+
+
+def load_pool(path: str | Path | None = None) -> Pool:
+    """Read a pool file, or the embedded default when `path` is None."""
+    if path is None:
+        text = resources.files("podium").joinpath("pools/default.toml").read_text("utf-8")
+        return pool_from_dict(tomllib.loads(text), source="<embedded default>")
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"Pool file {p} does not exist. Pass an existing TOML file with "
+                          "--pool, or leave --pool out to use the embedded default.")
+    try:
+        data = tomllib.loads(p.read_text("utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"Pool file {p} is not valid TOML: {e}. Fix the syntax at that line.") \
+            from None
+    return pool_from_dict(data, source=str(p))

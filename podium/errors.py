@@ -1,0 +1,61 @@
+"""One error tree for podium. Every message says what to change to fix the problem.
+
+    PodiumError
+    ├── ConfigError            a pool file, setting or CLI argument is wrong
+    ├── WorkflowParseError     the Conductor's text is not a valid workflow (has `.reason`)
+    └── WorkerError            a call to a model failed (has `.worker` and `.kind`)
+
+`WorkerError.kind` is one of `auth`, `rate_limit`, `context_length`, `server`, `transport`,
+`bad_request`, `empty`, `other`; providers' exceptions are converted in `podium.llm` only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+ParseReason = Literal[
+    "unparseable", "empty", "length_mismatch", "bad_model_id", "bad_access", "too_many_steps"
+]
+PARSE_REASONS: tuple[str, ...] = (
+    "unparseable",
+    "empty",
+    "length_mismatch",
+    "bad_model_id",
+    "bad_access",
+    "too_many_steps",
+)
+
+WorkerErrorKind = Literal[
+    "auth", "rate_limit", "context_length", "server", "transport", "bad_request", "empty", "other"
+]
+
+
+class PodiumError(Exception):
+    """Base of every error podium raises on purpose."""
+
+
+class ConfigError(PodiumError):
+    """A pool file, a setting or a command-line argument is wrong; the message names the fix."""
+
+
+class WorkflowParseError(PodiumError):
+    """The Conductor's output is not a valid workflow.
+
+    `reason` is one of PARSE_REASONS; `detail` says what exactly was wrong.
+    """
+
+    def __init__(self, reason: ParseReason, detail: str = "") -> None:
+        if reason not in PARSE_REASONS:
+            raise ValueError(f"unknown parse reason {reason!r}")
+        self.reason: ParseReason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class WorkerError(PodiumError):
+    """A model call failed after whatever retries its backend makes."""
+
+    def __init__(self, worker: str, kind: WorkerErrorKind, message: str) -> None:
+        self.worker = worker
+        self.kind: WorkerErrorKind = kind
+        super().__init__(f"worker {worker!r} ({kind}): {message}")

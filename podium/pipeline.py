@@ -1,0 +1,216 @@
+"""A question becomes an answer: Conductor -> executor -> (recursion rounds) -> result + trace.
+
+    async with Pipeline(load_pool()) as pipe:
+        result = await pipe.ask("What is 17 * 3?")
+    print(result.answer)
+
+Round 0: the Conductor plans; if its output does not parse and `run.fallback` is on, a single
+step on `run.fallback_worker` answers instead (`turn.fallback`, said plainly by the CLI). Then
+the executor runs the workflow. Each recursion round shows the Conductor its final answer; it
+keeps it (no worker calls) or writes a new workflow whose workers may also see the previous
+round's steps. A format error in a recursion round keeps the previous answer and is recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from podium.conductor import Conductor, ConductorTurn
+from podium.config import Pool, RunSettings
+from podium.errors import ConfigError
+from podium.llm.base import ChatClient
+from podium.llm.registry import build_clients
+from podium.workflow.execute import ExecOptions, Team, WorkflowRun, execute_workflow
+from podium.workflow.prompt import PoolEntry
+from podium.workflow.render import MessageOptions
+from podium.workflow.types import Step, Workflow
+
+FALLBACK_SUBTASK = "Answer the overall task directly, following its answer format."
+
+Event = Callable[[str, Any], None]  # ("conductor", ConductorTurn) | ("started"/"finished", Step)
+
+
+@dataclass
+class Round:
+    conductor: ConductorTurn
+    run: WorkflowRun | None
+    answer: str | None
+
+
+@dataclass
+class Usage:
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float | None = 0.0  # None when some call's price is unknown
+
+    def add(self, prompt: int, completion: int, cost: float | None) -> None:
+        self.calls += 1
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+        self.cost = None if cost is None or self.cost is None else self.cost + cost
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class RunResult:
+    question: str
+    answer: str | None
+    rounds: list[Round]
+    wall_s: float
+
+    @property
+    def final_round(self) -> Round:
+        """The last round that ran a workflow (a kept round runs none)."""
+        for rnd in reversed(self.rounds):
+            if rnd.run is not None:
+                return rnd
+        return self.rounds[-1]
+
+    def usage(self) -> Usage:
+        u = Usage()
+        for rnd in self.rounds:
+            c = rnd.conductor
+            u.add(c.prompt_tokens, c.completion_tokens, c.cost)
+            for step in rnd.run.steps if rnd.run else []:
+                if step.status in ("ok", "error"):
+                    u.add(step.prompt_tokens, step.completion_tokens, step.cost)
+        return u
+
+    def to_json(self) -> dict:
+        u = self.usage()
+        final = self.final_round
+        return {
+            "question": self.question,
+            "answer": self.answer,
+            "workflow": [
+                {"worker": s.worker_name, "worker_id": s.worker, "subtask": s.subtask,
+                 "access": "all" if s.access == "all" else list(s.access)}
+                for s in (final.run.steps if final.run else [])
+            ],
+            "fallback": any(r.conductor.fallback for r in self.rounds),
+            "steps": [s.to_json() for r in self.rounds if r.run for s in r.run.steps],
+            "rounds": [
+                {"conductor": r.conductor.to_json(), "answer": r.answer,
+                 "stopped": r.run.stopped if r.run else None}
+                for r in self.rounds
+            ],
+            "usage": {
+                "calls": u.calls,
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+                "total_tokens": u.total_tokens,
+                "cost_usd": u.cost,
+                "wall_s": round(self.wall_s, 3),
+            },
+        }
+
+
+def exec_options(settings: RunSettings) -> ExecOptions:
+    return ExecOptions(
+        final_answer=settings.final_answer,
+        on_error=settings.on_step_error,
+        messages=MessageOptions(
+            prefill=settings.worker_prefill,
+            share_agent_subtasks=settings.share_agent_subtasks,
+            final_agent_knowledge=settings.final_agent_knowledge,
+            previous_round_visibility=settings.previous_round_visibility,
+        ),
+    )
+
+
+class Pipeline:
+    """The Conductor and its team for one pool. Reuse it for many questions."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        settings: RunSettings | None = None,
+        clients: tuple[ChatClient, Sequence[ChatClient]] | None = None,
+    ) -> None:
+        self.pool = pool
+        self.settings = settings or pool.run
+        conductor_client, workers = clients or build_clients(pool)
+        self.team = Team(workers, [w.max_concurrency for w in pool.workers])
+        constrained = pool.conductor.constrained
+        if constrained is None:
+            constrained = conductor_client.supports_grammar
+        elif constrained and not conductor_client.supports_grammar:
+            raise ConfigError(
+                f"The Conductor ({pool.conductor.name}) cannot constrain its output: its backend "
+                "takes no grammar. Set grammar_style for it (llama_cpp or vllm) or set "
+                "constrained = false in [conductor]."
+            )
+        entries = [PoolEntry(i, w.name, w.description) for i, w in enumerate(pool.workers)]
+        self.conductor = Conductor(conductor_client, entries, len(pool.workers), self.settings,
+                                   constrained=constrained)
+
+    async def __aenter__(self) -> Pipeline:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        for client in [self.conductor.client, *self.team.clients]:
+            close = getattr(client, "aclose", None)
+            if close is not None:
+                await close()
+
+    def _price(self, turn: ConductorTurn) -> None:
+        turn.cost = self.pool.conductor.cost(turn.prompt_tokens, turn.completion_tokens)
+
+    async def _execute(self, workflow: Workflow, question: str, round_index: int,
+                       previous: WorkflowRun | None, on_event: Event | None) -> WorkflowRun:
+        def step_event(kind: str, rec: Any) -> None:
+            if kind == "finished" and rec.status in ("ok", "error"):
+                rec.cost = self.pool.workers[rec.worker].cost(rec.prompt_tokens,
+                                                              rec.completion_tokens)
+            if on_event is not None:
+                on_event(kind, rec)
+
+        return await execute_workflow(
+            workflow, question, self.team, options=exec_options(self.settings),
+            previous_round=previous.prior_steps() if previous else (),
+            round_index=round_index, on_event=step_event,
+        )
+
+    async def ask(self, question: str, *, on_event: Event | None = None) -> RunResult:
+        if not question or not question.strip():
+            raise ConfigError("The question is empty. Pass the question as text, e.g. "
+                              "podium ask \"What is 17 * 3?\".")
+        t0 = time.perf_counter()
+        turn = await self.conductor.plan(question)
+        self._price(turn)
+        if turn.workflow is None and self.settings.fallback:
+            turn.fallback = True
+            turn.workflow = Workflow((Step(self.settings.fallback_worker, FALLBACK_SUBTASK, ()),))
+        if on_event:
+            on_event("conductor", turn)
+        rounds: list[Round] = []
+        run = None
+        if turn.workflow is not None:
+            run = await self._execute(turn.workflow, question, 0, None, on_event)
+        rounds.append(Round(turn, run, run.answer if run else None))
+        for _ in range(self.settings.recursion):
+            previous = rounds[-1]
+            if previous.run is None or previous.answer is None:
+                break  # nothing to show the Conductor
+            turn = await self.conductor.revise(previous.conductor, previous.answer)
+            self._price(turn)
+            if on_event:
+                on_event("conductor", turn)
+            if turn.workflow is None:  # kept, or a format error: the previous answer stands
+                rounds.append(Round(turn, None, previous.answer))
+                continue
+            run = await self._execute(turn.workflow, question, turn.round, previous.run,
+                                      on_event)
+            rounds.append(Round(turn, run, run.answer))
+        return RunResult(question, rounds[-1].answer, rounds, time.perf_counter() - t0)

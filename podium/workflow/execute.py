@@ -1,0 +1,187 @@
+"""Run a workflow: steps as a DAG over the clients of a team.
+
+A step depends on the steps it may see (`"all"` = every earlier step, `()` = none, indices =
+those). Each step waits for its dependencies, then for a free slot on its worker (a per-worker
+semaphore that the caller may share across many workflows), renders its messages and calls the
+worker. Steps whose dependencies are done run concurrently; what any worker is shown is the same
+as in the paper's sequential execution.
+
+Failures are data: a failed call is recorded on its step (error kind and message) and, by
+`on_error`, the workflow either continues (later steps see the failed step as an empty response)
+or stops (steps not yet started are marked `skipped`). Every step record holds the exact
+messages sent, the response, tokens, latency and timing relative to the workflow's start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from podium.errors import WorkerError
+from podium.llm.base import ChatClient, Message
+from podium.workflow.render import MessageOptions, PriorStep, worker_messages
+from podium.workflow.types import Access, Workflow
+
+StepStatus = Literal["pending", "running", "ok", "error", "skipped"]
+
+
+@dataclass
+class StepRecord:
+    index: int
+    worker: int
+    worker_name: str
+    subtask: str
+    access: Access
+    round: int = 0
+    status: StepStatus = "pending"
+    messages: list[Message] = field(default_factory=list)
+    response: str | None = None
+    error_kind: str | None = None
+    error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int | None = None
+    finish_reason: str | None = None
+    latency_s: float = 0.0
+    started_s: float | None = None
+    finished_s: float | None = None
+    model: str = ""
+    request_id: str | None = None
+    prefill: str = "none"
+    cost: float | None = None
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["access"] = "all" if self.access == "all" else list(self.access)
+        return data
+
+
+@dataclass
+class WorkflowRun:
+    workflow: Workflow
+    steps: list[StepRecord]
+    answer: str | None
+    stopped: str | None = None  # why the workflow stopped early, if it did
+    wall_s: float = 0.0
+
+    def prior_steps(self) -> list[PriorStep]:
+        """This run as the previous round of a recursion round."""
+        return [PriorStep(s.worker, s.subtask, s.response) for s in self.steps]
+
+
+@dataclass(frozen=True)
+class ExecOptions:
+    final_answer: Literal["last", "last_nonempty"] = "last"
+    on_error: Literal["continue", "stop"] = "continue"
+    messages: MessageOptions = MessageOptions()
+
+
+class Team:
+    """The workers a workflow may call, by pool index, each with a concurrency limit.
+
+    Share one Team across concurrent workflows so the limits hold across all of them.
+    """
+
+    def __init__(self, clients: Sequence[ChatClient], max_concurrency: Sequence[int] | int = 4):
+        self.clients = list(clients)
+        limits = ([max_concurrency] * len(self.clients) if isinstance(max_concurrency, int)
+                  else list(max_concurrency))
+        if len(limits) != len(self.clients):
+            raise ValueError("one concurrency limit per client is needed")
+        self.semaphores = [asyncio.Semaphore(n) for n in limits]
+
+    def __len__(self) -> int:
+        return len(self.clients)
+
+
+StepEvent = Callable[[str, StepRecord], None]  # ("started" | "finished", record)
+
+
+def final_answer(steps: Sequence[StepRecord], rule: str) -> str | None:
+    if not steps:
+        return None
+    if rule == "last":
+        last = steps[-1]
+        return last.response if last.status == "ok" else None
+    for step in reversed(steps):
+        if step.status == "ok" and step.response and step.response.strip():
+            return step.response
+    return None
+
+
+async def execute_workflow(
+    workflow: Workflow,
+    question: str,
+    team: Team,
+    *,
+    options: ExecOptions = ExecOptions(),
+    previous_round: Sequence[PriorStep] = (),
+    round_index: int = 0,
+    on_event: StepEvent | None = None,
+) -> WorkflowRun:
+    """Run every step of `workflow` (already validated against the team's size)."""
+    workflow.validate(len(team))
+    t0 = time.perf_counter()
+    records = [
+        StepRecord(i, s.worker, team.clients[s.worker].name, s.subtask, s.access, round_index)
+        for i, s in enumerate(workflow.steps)
+    ]
+    done = [asyncio.Event() for _ in records]
+    deps = workflow.dependencies()
+    stop: list[str] = []  # the stop reason, once a step fails under on_error="stop"
+
+    def emit(kind: str, rec: StepRecord) -> None:
+        if on_event is not None:
+            on_event(kind, rec)
+
+    def skip(rec: StepRecord) -> None:
+        rec.status = "skipped"
+        rec.error = stop[0]
+        emit("finished", rec)
+
+    async def run_step(i: int) -> None:
+        rec = records[i]
+        try:
+            for j in deps[i]:
+                await done[j].wait()
+            if stop:
+                return skip(rec)
+            responses = [r.response if r.status == "ok" else None for r in records]
+            rec.messages = worker_messages(question, workflow, i, responses,
+                                           previous_round=previous_round,
+                                           options=options.messages)
+            async with team.semaphores[rec.worker]:
+                if stop:
+                    return skip(rec)
+                await call(rec)
+        finally:
+            done[i].set()
+
+    async def call(rec: StepRecord) -> None:
+        rec.status = "running"
+        rec.started_s = time.perf_counter() - t0
+        emit("started", rec)
+        try:
+            resp = await team.clients[rec.worker].chat(rec.messages)
+        except WorkerError as exc:
+            rec.status, rec.error_kind, rec.error = "error", exc.kind, str(exc)
+        except Exception as exc:  # a broken client must not take the run down
+            rec.status, rec.error_kind, rec.error = "error", "other", f"{type(exc).__name__}: {exc}"
+        else:
+            rec.status, rec.response = "ok", resp.text
+            rec.prompt_tokens, rec.completion_tokens = resp.prompt_tokens, resp.completion_tokens
+            rec.reasoning_tokens, rec.finish_reason = resp.reasoning_tokens, resp.finish_reason
+            rec.latency_s, rec.model = resp.latency_s, resp.model
+            rec.request_id, rec.prefill = resp.request_id, resp.prefill
+        rec.finished_s = time.perf_counter() - t0
+        if rec.status == "error" and options.on_error == "stop" and not stop:
+            stop.append(f"stopped: step {rec.index} ({rec.worker_name}) failed")
+        emit("finished", rec)
+
+    await asyncio.gather(*(run_step(i) for i in range(len(records))))
+    answer = None if stop else final_answer(records, options.final_answer)
+    return WorkflowRun(workflow, records, answer, stop[0] if stop else None,
+                       time.perf_counter() - t0)

@@ -1,0 +1,55 @@
+"""A GBNF grammar that only admits valid workflows, for small Conductors.
+
+A 135M-parameter Conductor almost never writes three parseable, equal-length lists unaided.
+Where the backend can constrain decoding (llama.cpp GBNF, vLLM structured outputs), the
+Conductor's completion is held to:
+
+    free reasoning (up to 3 short lines, no brackets, '=' or ':')
+    model_id = [i, ...]          ids drawn from the pool
+    subtasks = ["...", ...]      one non-empty string per step
+    access_list = [[], ...]      [] for step 0, [] or "all" after it
+
+with one alternative per step count (1..max_steps), so the three lists always agree in length.
+In a recursion round the grammar also admits three empty lists (keep the previous answer).
+The output reads back through `parse_workflow` like any other completion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def workflow_grammar(
+    worker_ids: Sequence[int],
+    max_steps: int = 5,
+    *,
+    allow_empty: bool = False,
+    max_reason_chars: int = 240,
+    max_subtask_chars: int = 160,
+) -> str:
+    if not worker_ids:
+        raise ValueError("the grammar needs at least one worker id")
+    if max_steps < 1:
+        raise ValueError("max_steps must be at least 1")
+    alternatives = [f"wf{n}" for n in range(1, max_steps + 1)]
+    if allow_empty:
+        alternatives.insert(0, "keep")
+    rules = [
+        "root ::= reason \"\\n\" workflow",
+        f"reason ::= [ \\n]? text (\"\\n\" text){{0,2}}",
+        f"text ::= [^\\n\\[\\]=:`]{{1,{max_reason_chars}}}",
+        "workflow ::= " + " | ".join(alternatives),
+        "id ::= " + " | ".join(f'"{i}"' for i in sorted(set(worker_ids))),
+        f"str ::= \"\\\"\" [^\"\\\\\\n]{{1,{max_subtask_chars}}} \"\\\"\"",
+        "acc ::= \"[]\" | \"\\\"all\\\"\"",
+        'keep ::= "model_id = []\\nsubtasks = []\\naccess_list = []"',
+    ]
+    for n in range(1, max_steps + 1):
+        ids = ' ", " '.join(["id"] * n)
+        strs = ' ", " '.join(["str"] * n)
+        accs = ' ", " '.join(['"[]"'] + ["acc"] * (n - 1))
+        rules.append(
+            f'wf{n} ::= "model_id = [" {ids} "]\\nsubtasks = [" {strs} '
+            f'"]\\naccess_list = [" {accs} "]"'
+        )
+    return "\n".join(rules) + "\n"
