@@ -5,7 +5,9 @@
     print(result.answer)
 
 Round 0: the Conductor plans; if its output does not parse and `run.fallback` is on, a single
-step on `run.fallback_worker` answers instead (`turn.fallback`, said plainly by the CLI). Then
+step on `run.fallback_worker` answers instead (`turn.fallback`, said plainly by the CLI). If the
+Conductor call itself fails (unreachable, bad key), there is no fallback: the error is recorded
+on the turn and the answer is None. Then
 the executor runs the workflow. Each recursion round shows the Conductor its final answer; it
 keeps it (no worker calls) or writes a new workflow whose workers may also see the previous
 round's steps. A format error in a recursion round keeps the previous answer and is recorded.
@@ -189,7 +191,7 @@ class Pipeline:
         t0 = time.perf_counter()
         turn = await self.conductor.plan(question)
         self._price(turn)
-        if turn.workflow is None and self.settings.fallback:
+        if turn.workflow is None and turn.error is None and self.settings.fallback:
             turn.fallback = True
             turn.workflow = Workflow((Step(self.settings.fallback_worker, FALLBACK_SUBTASK, ()),))
         if on_event:

@@ -54,10 +54,14 @@ class FunctionClient:
             raise ConfigError(f"Worker {self.name!r} is a function and cannot take a grammar.")
         start = time.perf_counter()
         try:
-            if inspect.iscoroutinefunction(self._fn):
+            if inspect.iscoroutinefunction(self._fn) or inspect.iscoroutinefunction(
+                type(self._fn).__call__  # an object with `async def __call__`
+            ):
                 out = await self._fn(messages)
             else:
                 out = await asyncio.to_thread(self._fn, messages)
+                if inspect.isawaitable(out):  # a sync callable that returned an awaitable
+                    out = await out
         except Exception as exc:  # a tool's failure is data, recorded on the step
             raise WorkerError(self.name, "other", f"{type(exc).__name__}: {exc}") from None
         latency = time.perf_counter() - start

@@ -27,10 +27,11 @@ class Step:
     access: Access = ()
 
     def visible(self, index: int) -> tuple[int, ...]:
-        """Indices of the earlier steps this step (at position `index`) may see."""
+        """Indices of the earlier steps this step (at position `index`) may see, in step order
+        (an index tuple written out of order or with repeats shows each step once, in order)."""
         if self.access == "all":
             return tuple(range(index))
-        return tuple(self.access)
+        return tuple(sorted(set(self.access)))
 
     def access_json(self) -> str | list[int]:
         return "all" if self.access == "all" else list(self.access)

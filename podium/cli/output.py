@@ -1,0 +1,154 @@
+"""Terminal output for `podium ask`: the workflow table, live step progress, answer, totals."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from podium.errors import ConfigError, WorkerError
+
+TRUNCATE = 300
+
+
+def _short(text: str | None, verbose: bool, limit: int = TRUNCATE) -> str:
+    text = (text or "").strip()
+    if verbose or len(text) <= limit:
+        return text
+    return text[:limit].rstrip() + f" … [{len(text) - limit} more characters; --verbose shows all]"
+
+
+def _access(access) -> str:
+    if access == "all":
+        return "all"
+    return "none" if not access else ", ".join(str(i) for i in access)
+
+
+def workflow_table(turn, worker_names: list[str]) -> Table:
+    table = Table(title=f"Workflow (round {turn.round})", title_justify="left", expand=True)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("worker", no_wrap=True)
+    table.add_column("subtask", ratio=1)
+    table.add_column("sees steps", no_wrap=True)
+    for i, step in enumerate(turn.workflow.steps):
+        table.add_row(str(i), f"{step.worker} {worker_names[step.worker]}",
+                      escape(step.subtask), _access(step.access))
+    return table
+
+
+class LiveView:
+    """Prints a run as it happens. `event` is the pipeline's on_event callback."""
+
+    def __init__(self, console: Console, *, verbose: bool = False) -> None:
+        self.console = console
+        self.verbose = verbose
+        self.worker_names: list[str] = []
+        self._status = None
+
+    def header(self, pool) -> None:
+        self.worker_names = [w.name for w in pool.workers]
+        workers = ", ".join(f"{i} {w.name}" for i, w in enumerate(pool.workers))
+        self.console.print(f"[bold]Conductor[/] {pool.conductor.name} ({pool.conductor.backend}) "
+                           f"· [bold]workers[/] {workers} · pool {pool.source}")
+
+    def thinking(self) -> None:
+        self._status = self.console.status("The Conductor is writing a workflow…")
+        self._status.start()
+
+    def stop(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def event(self, kind: str, obj) -> None:
+        if kind == "conductor":
+            self.stop()
+            self._conductor(obj)
+        elif kind == "started":
+            self.console.print(f"  [cyan]▸[/] step {obj.index} · {obj.worker_name} running…")
+        elif kind == "finished":
+            self._finished(obj)
+
+    def _conductor(self, turn) -> None:
+        c = self.console
+        label = "Conductor" if turn.round == 0 else f"Conductor, recursion round {turn.round}"
+        c.print(f"[bold]{label}[/] ({turn.completion_tokens} tokens, {turn.latency_s:.1f}s"
+                f"{', grammar-constrained' if turn.constrained else ''})")
+        if self.verbose and turn.completion:
+            c.print(Panel(escape(turn.completion.strip()), title="Conductor output",
+                          title_align="left"))
+        if turn.error:
+            c.print(f"[red]The Conductor call failed:[/] {escape(turn.error)}")
+            return
+        if turn.kept:
+            c.print("The Conductor kept the previous answer (three empty lists): no new steps.")
+            return
+        if turn.parse_reason:
+            what = (f"The Conductor's output is not a valid workflow ({turn.parse_reason}: "
+                    f"{escape(turn.parse_detail)}).")
+            if turn.fallback:
+                name = self.worker_names[turn.workflow.steps[0].worker]
+                c.print(f"[yellow]{what} Falling back to a single step on worker "
+                        f"{turn.workflow.steps[0].worker} ({name}).[/]")
+            else:
+                c.print(f"[yellow]{what}[/]" + (" The previous answer stands." if turn.round
+                                                 else ""))
+        if turn.workflow is not None:
+            c.print(workflow_table(turn, self.worker_names))
+
+    def _finished(self, rec) -> None:
+        if rec.status == "ok":
+            self.console.print(f"  [green]✓[/] step {rec.index} · {rec.worker_name} "
+                               f"{rec.latency_s:.1f}s · {rec.completion_tokens} tokens")
+        elif rec.status == "error":
+            self.console.print(f"  [red]✗[/] step {rec.index} · {rec.worker_name} failed: "
+                               f"{escape(rec.error or '')}")
+        else:
+            self.console.print(f"  [dim]- step {rec.index} · {rec.worker_name} skipped "
+                               f"({escape(rec.error or '')})[/]")
+
+    def summary(self, result, trace: str | None) -> None:
+        c = self.console
+        for rnd in result.rounds:
+            for rec in rnd.run.steps if rnd.run else []:
+                body = (escape(_short(rec.response, self.verbose)) if rec.status == "ok"
+                        else f"[red]{rec.status}: {escape(rec.error or '')}[/]")
+                c.print(Panel(body or "[dim](empty response)[/]",
+                              title=f"round {rec.round} · step {rec.index} · {rec.worker_name}",
+                              title_align="left"))
+        if result.answer is not None:
+            c.print(Panel(escape(result.answer.strip()) or "[dim](empty)[/]",
+                          title="[bold]Answer[/]", title_align="left", border_style="green"))
+        u = result.usage()
+        cost = f"${u.cost:.6f}" if u.cost is not None else "unknown (no price in the pool file)"
+        c.print(f"[bold]Totals[/] {u.calls} calls · {u.prompt_tokens} prompt + "
+                f"{u.completion_tokens} completion tokens · {result.wall_s:.1f}s wall · "
+                f"cost {cost}")
+        if trace:
+            c.print(f"Trace written to {trace}")
+
+
+def error(console: Console, exc: BaseException, *, unexpected: bool = False) -> None:
+    if isinstance(exc, ConfigError):
+        head = "Configuration error"
+    elif isinstance(exc, WorkerError):
+        head = "Model call failed"
+    elif unexpected:
+        head = f"Unexpected error ({type(exc).__name__}); rerun with --debug for the traceback"
+    else:
+        head = "Error"
+    console.print(f"[bold red]{head}:[/] {escape(str(exc))}")
+
+
+def no_answer(console: Console, result) -> None:
+    reasons = []
+    for rnd in result.rounds:
+        if rnd.conductor.error:
+            reasons.append(rnd.conductor.error)
+        for rec in rnd.run.steps if rnd.run else []:
+            if rec.status == "error" and rec.error:
+                reasons.append(rec.error)
+    why = reasons[0] if reasons else "the workflow produced no answer"
+    console.print(f"[bold red]No answer:[/] {escape(why)}. Check that every endpoint in the "
+                  "pool file is reachable (podium ask --debug shows more).")

@@ -1,0 +1,62 @@
+"""Shared fixtures: the bundled SmolLM2 GGUF and a real llama.cpp OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from podium.llm.embedded import bundled_gguf
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def gguf_path():
+    return bundled_gguf()
+
+
+@pytest.fixture(scope="session")
+def llama_server(gguf_path, tmp_path_factory):
+    """`python -m llama_cpp.server` serving SmolLM2 on a free localhost port; yields base URL."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("llama-server") / "server.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path),
+             "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096",
+             "--model_alias", "smollm2"],
+            stdout=fh, stderr=subprocess.STDOUT,
+            env={**os.environ, "NO_PROXY": "127.0.0.1,localhost"},
+        )
+    base = f"http://127.0.0.1:{port}/v1"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    deadline = time.monotonic() + 90
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"llama_cpp.server exited early:\n{log.read_text()[-3000:]}")
+        try:
+            with opener.open(f"{base}/models", timeout=2) as resp:
+                json.load(resp)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"llama_cpp.server did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+    yield base
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
