@@ -36,7 +36,7 @@ def workflow_grammar(
         alternatives.insert(0, "keep")
     rules = [
         "root ::= reason \"\\n\" workflow",
-        f"reason ::= [ \\n]? text (\"\\n\" text){{0,2}}",
+        "reason ::= [ \\n]? text (\"\\n\" text){0,2}",
         f"text ::= [^\\n\\[\\]=:`]{{1,{max_reason_chars}}}",
         "workflow ::= " + " | ".join(alternatives),
         "id ::= " + " | ".join(f'"{i}"' for i in sorted(set(worker_ids))),
