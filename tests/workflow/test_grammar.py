@@ -1,0 +1,50 @@
+"""The workflow grammar compiles in llama.cpp and holds a real model to valid workflows."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from podium.config import ModelSpec
+from podium.llm.embedded import EmbeddedClient, ModelStore
+from podium.workflow.grammar import workflow_grammar
+from podium.workflow.parse import parse_workflow
+from podium.workflow.prompt import PoolEntry, conductor_messages
+
+
+@pytest.mark.parametrize("ids", [[0], [0, 1], [0, 2, 5], list(range(7))])
+@pytest.mark.parametrize("max_steps", [1, 3, 5])
+@pytest.mark.parametrize("allow_empty", [False, True])
+def test_grammar_compiles(ids, max_steps, allow_empty):
+    from llama_cpp import LlamaGrammar
+
+    text = workflow_grammar(ids, max_steps, allow_empty=allow_empty)
+    LlamaGrammar.from_string(text, verbose=False)  # raises on a malformed grammar
+    assert text.count("::=") == 8 + max_steps
+    for i in ids:
+        assert f'"{i}"' in text
+
+
+def test_grammar_rejects_bad_arguments():
+    with pytest.raises(ValueError):
+        workflow_grammar([], 3)
+    with pytest.raises(ValueError):
+        workflow_grammar([0], 0)
+
+
+@pytest.mark.parametrize("seed", [1])
+def test_hot_sampling_under_the_grammar_still_parses(seed):
+    """Even at temperature 1.5 the completion is a valid workflow within a sub-pool."""
+    spec = ModelSpec(name="conductor", backend="embedded", model="smollm2", temperature=1.5,
+                     top_p=1.0, max_tokens=400, seed=seed)
+    client = EmbeddedClient(spec, ModelStore())
+    pool = [PoolEntry(0), PoolEntry(2)]
+    messages = conductor_messages("Plan a picnic for six people.", pool, max_steps=2)
+    grammar = workflow_grammar([0, 2], 2)
+    resp = asyncio.run(client.chat(messages, grammar=grammar))
+    assert resp.prefill == "continued"
+    wf = parse_workflow(resp.text, num_workers=3, max_steps=2, allowed_workers=[0, 2])
+    assert 1 <= len(wf) <= 2
+    assert {s.worker for s in wf.steps} <= {0, 2}
+    assert wf.steps[0].access == ()
