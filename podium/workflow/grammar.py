@@ -6,7 +6,7 @@ Conductor's completion is held to:
 
     free reasoning (up to 3 short lines, no brackets, '=' or ':')
     model_id = [i, ...]          ids drawn from the pool
-    subtasks = ["...", ...]      one non-empty string per step
+    subtasks = ["...", ...]      one instruction per step: a capital letter, then 9+ characters
     access_list = [[], ...]      [] for step 0, [] or "all" after it
 
 with one alternative per step count (1..max_steps), so the three lists always agree in length.
@@ -40,7 +40,7 @@ def workflow_grammar(
         f"text ::= [^\\n\\[\\]=:`]{{1,{max_reason_chars}}}",
         "workflow ::= " + " | ".join(alternatives),
         "id ::= " + " | ".join(f'"{i}"' for i in sorted(set(worker_ids))),
-        f"str ::= \"\\\"\" [^\"\\\\\\n]{{1,{max_subtask_chars}}} \"\\\"\"",
+        f"str ::= \"\\\"\" [A-Z] [^\"\\\\\\n]{{9,{max_subtask_chars}}} \"\\\"\"",
         "acc ::= \"[]\" | \"\\\"all\\\"\"",
         'keep ::= "model_id = []\\nsubtasks = []\\naccess_list = []"',
     ]
