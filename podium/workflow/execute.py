@@ -91,7 +91,17 @@ class Team:
                   else list(max_concurrency))
         if len(limits) != len(self.clients):
             raise ValueError("one concurrency limit per client is needed")
-        self.semaphores = [asyncio.Semaphore(n) for n in limits]
+        self.limits = limits
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._semaphores: list[asyncio.Semaphore] = []
+
+    @property
+    def semaphores(self) -> list[asyncio.Semaphore]:
+        """Per-worker semaphores of the running event loop (made anew for a new loop)."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop, self._semaphores = loop, [asyncio.Semaphore(n) for n in self.limits]
+        return self._semaphores
 
     def __len__(self) -> int:
         return len(self.clients)

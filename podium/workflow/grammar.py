@@ -7,7 +7,8 @@ Conductor's completion is held to:
     free reasoning (up to 3 short lines, no brackets, '=' or ':')
     model_id = [i, ...]          ids drawn from the pool
     subtasks = ["...", ...]      one instruction per step: a capital letter, then 9+ characters
-    access_list = [[], ...]      [] for step 0, [] or "all" after it
+    access_list = [[], ...]      [] or "all" ("all" at step 0 only in a recursion round,
+                                 where it shows the previous round)
 
 with one alternative per step count (1..max_steps), so the three lists always agree in length.
 In a recursion round the grammar also admits three empty lists (keep the previous answer).
@@ -47,7 +48,8 @@ def workflow_grammar(
     for n in range(1, max_steps + 1):
         ids = ' ", " '.join(["id"] * n)
         strs = ' ", " '.join(["str"] * n)
-        accs = ' ", " '.join(['"[]"'] + ["acc"] * (n - 1))
+        first = "acc" if allow_empty else '"[]"'  # in a recursion round step 0 may see it
+        accs = ' ", " '.join([first] + ["acc"] * (n - 1))
         rules.append(
             f'wf{n} ::= "model_id = [" {ids} "]\\nsubtasks = [" {strs} '
             f'"]\\naccess_list = [" {accs} "]"'

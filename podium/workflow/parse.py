@@ -186,7 +186,9 @@ def _is_all(value: Any) -> bool:
 def _access(entry: Any, i: int, mode: str) -> Access:
     is_list = isinstance(entry, list | tuple)
     if _is_all(entry) or (is_list and any(map(_is_all, entry))):
-        return "all" if i > 0 else ()  # the paper treats "all" at step 0 as empty
+        # At step 0 "all" sees no earlier step (the paper treats it as empty), but it is kept:
+        # in a recursion round it still shows the previous round (run.previous_round_visibility).
+        return "all"
     if is_list and not entry:
         return ()
     single = isinstance(entry, int) and not isinstance(entry, bool)

@@ -8,7 +8,8 @@ Each worker gets ONE user message and, by default, a short assistant prefill:
    workflow has access "all", as the reference code does; when `per_step`: only for steps
    whose own access is "all");
 4. the visible steps of this workflow, in order, as subtask/response blocks labelled by the
-   worker's model id (not the step index); steps with an empty or missing response are left out;
+   worker's model id (not the step index); steps with an empty, blank or missing response are
+   left out;
 5. optionally the whole plan (`share_agent_subtasks`);
 6. the step's own subtask, and optionally a note that its output is the final answer
    (`final_agent_knowledge`).
@@ -67,7 +68,8 @@ def _block(worker: int, subtask: str, response: str) -> str:
 
 
 def _blocks(steps: Sequence[PriorStep]) -> list[str]:
-    return [_block(s.worker, s.subtask, s.response) for s in steps if s.response]
+    return [_block(s.worker, s.subtask, s.response) for s in steps
+            if s.response and s.response.strip()]
 
 
 def sees_previous_round(workflow: Workflow, index: int, options: MessageOptions) -> bool:

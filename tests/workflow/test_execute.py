@@ -554,10 +554,6 @@ def test_recursion_with_a_new_workflow_shows_the_previous_round() -> None:
     assert result.usage().calls == 2 + 3
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug: the parser turns access 'all' at step 0 into (), so a one-step recursion "
-    "workflow with access 'all' (the recursion prompt's own 'verify' example) does not see "
-    "the previous round"))
 def test_recursion_one_step_all_sees_the_previous_round() -> None:
     verify = 'model_id = [0]\nsubtasks = ["verify"]\naccess_list = ["all"]'
     conductor = Scripted([ONE_STEP, verify])
@@ -587,3 +583,18 @@ def test_without_fallback_unparseable_output_calls_no_worker() -> None:
     assert not turn.fallback and turn.parse_reason == "unparseable"
     assert worker.calls == []
     assert result.rounds[0].run is None and result.answer is None
+
+
+def test_a_team_can_be_reused_in_a_new_event_loop() -> None:
+    """Semaphores belong to one loop; a Team makes new ones when run under another loop."""
+
+    async def slow(messages):
+        await asyncio.sleep(0.01)
+        return "ok"
+
+    client = FunctionClient(ModelSpec(name="w", backend="function", function="x:y"), fn=slow)
+    team = Team([client], 1)  # limit 1, so the two steps contend for the semaphore
+    wf = Workflow.of([(0, "a", ()), (0, "b", ())])
+    for _ in range(2):
+        run = asyncio.run(execute_workflow(wf, "q", team))
+        assert [s.status for s in run.steps] == ["ok", "ok"]

@@ -164,7 +164,7 @@ CASES = [
     case(
         "all_at_step_0",
         lists("[0, 1]", '["a", "b"]', '["all", ["all"]]'),
-        [(0, "a", ()), (1, "b", "all")],
+        [(0, "a", "all"), (1, "b", "all")],
     ),
     case(
         "integer_access",
@@ -207,7 +207,7 @@ CASES = [
     case(
         "binary_accepts_all",
         lists("[0, 1, 2]", '["a", "b", "c"]', '[["all"], "all", []]'),
-        [(0, "a", ()), (1, "b", "all"), (2, "c", ())],
+        [(0, "a", "all"), (1, "b", "all"), (2, "c", ())],
         access_mode="binary",
     ),
     # --- model ids
