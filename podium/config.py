@@ -33,8 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from podium.errors import ConfigError
 
-Backend = Literal["openai", "embedded", "function"]
-BACKENDS: tuple[str, ...] = ("openai", "embedded", "function")
+Backend = Literal["openai", "anthropic", "gemini", "embedded", "function"]
+BACKENDS: tuple[str, ...] = ("openai", "anthropic", "gemini", "embedded", "function")
 
 
 class _Frozen(BaseModel):
@@ -55,7 +55,7 @@ class ModelSpec(_Frozen):
     """One model endpoint: a worker, or the Conductor."""
 
     name: str = Field(description="What traces, tables and errors call this model.")
-    backend: Backend = Field(description="openai | embedded | function.")
+    backend: Backend = Field(description="openai | anthropic | gemini | embedded | function.")
     model: str = Field("", description="Model name sent to the endpoint; for embedded, "
                        "'smollm2' (the bundled GGUF) or a path to a .gguf file.")
     base_url: str | None = Field(None, description="OpenAI-compatible endpoint, e.g. "
@@ -72,7 +72,29 @@ class ModelSpec(_Frozen):
     grammar_style: Literal["llama_cpp", "vllm"] | None = Field(None, description="How this "
                                                               "OpenAI-compatible server takes a "
                                                               "grammar (none: it cannot).")
+    # provider profile: quirks are settings, not code branches
+    max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = Field(
+        "max_tokens", description="Request field that carries max_tokens (OpenAI reasoning "
+        "models need max_completion_tokens).")
+    reasoning_effort: str | None = Field(None, description="OpenAI reasoning effort: minimal, "
+                                         "low, medium, high.")
+    thinking: bool | None = Field(None, description="Thinking on/off: Qwen3-style "
+                                  "chat_template_kwargs.enable_thinking (openai), extended "
+                                  "thinking (anthropic), thinking (gemini).")
+    thinking_budget: int | None = Field(None, ge=0, description="Thinking tokens (anthropic "
+                                        "budget_tokens, gemini thinking_budget).")
+    # reliability
     max_concurrency: int = Field(4, ge=1, description="Concurrent calls to this model.")
+    rpm: int | None = Field(None, ge=1, description="Requests per minute allowed.")
+    tpm: int | None = Field(None, ge=1, description="Tokens per minute allowed (prompt + "
+                            "completion).")
+    retries: int = Field(4, ge=0, description="Retries on 429, 5xx, connection errors and "
+                         "timeouts (never on auth or validation errors).")
+    backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles each retry, "
+                             "with jitter; a server's Retry-After wins.")
+    backoff_max_s: float = Field(30.0, ge=0, description="Longest retry delay.")
+    empty_retries: int = Field(2, ge=0, description="Re-asks when the reply is empty.")
+    connect_timeout_s: float = Field(10.0, gt=0, description="Connect timeout per call.")
     timeout_s: float = Field(600.0, gt=0, description="Read timeout per call.")
     n_ctx: int = Field(4096, ge=256, description="Context window of an embedded model.")
     description: str = Field("", description="Shown to the Conductor only with "
@@ -136,6 +158,17 @@ class RunSettings(_Frozen):
     share_agent_subtasks: bool = Field(False, description="Show every worker the whole plan.")
     final_agent_knowledge: bool = Field(False, description="Tell the last worker its output is "
                                         "the final answer.")
+    subpool_ids: Literal["original", "reindexed"] = Field(
+        "original", description="With a sub-pool (--workers), show the chosen workers under "
+        "their original ids (what a trained Conductor learned) or as 0..k-1.")
+    cache: bool = Field(True, description="Reuse identical earlier calls from the response "
+                        "cache (--no-cache turns it off).")
+    cache_path: str | None = Field(None, description="Response cache file; default "
+                                   "$PODIUM_CACHE_DIR or ~/.cache/podium, responses.sqlite.")
+    max_calls: int | None = Field(None, ge=1, description="Per-question cap on model calls "
+                                  "(Conductor included).")
+    max_tokens: int | None = Field(None, ge=1, description="Per-question cap on tokens.")
+    max_cost: float | None = Field(None, ge=0, description="Per-question cap on cost (USD).")
 
 
 class Pool(_Frozen):

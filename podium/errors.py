@@ -52,10 +52,27 @@ class WorkflowParseError(PodiumError):
         super().__init__(f"{reason}: {detail}" if detail else reason)
 
 
-class WorkerError(PodiumError):
-    """A model call failed after whatever retries its backend makes."""
+RETRYABLE_KINDS: frozenset[str] = frozenset({"rate_limit", "server", "transport", "empty"})
 
-    def __init__(self, worker: str, kind: WorkerErrorKind, message: str) -> None:
+
+class WorkerError(PodiumError):
+    """A model call failed (after the retries its settings allow, once `retries` is filled).
+
+    `status` is the HTTP status when there was one; `retry_after` the seconds a server asked
+    to wait; `retries` the attempts made before giving up (dicts as in `ChatResponse.retries`).
+    """
+
+    def __init__(self, worker: str, kind: WorkerErrorKind, message: str, *,
+                 status: int | None = None, retry_after: float | None = None) -> None:
         self.worker = worker
         self.kind: WorkerErrorKind = kind
+        self.status = status
+        self.retry_after = retry_after
+        self.retries: list[dict] = []
         super().__init__(f"worker {worker!r} ({kind}): {message}")
+
+    @property
+    def retryable(self) -> bool:
+        """Rate limits, server errors, transport failures and empty replies may succeed later;
+        authentication, bad requests and context-length errors never will."""
+        return self.kind in RETRYABLE_KINDS

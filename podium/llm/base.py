@@ -30,6 +30,8 @@ class ChatResponse:
     model: str = ""
     request_id: str | None = None
     prefill: PrefillMode = "none"
+    retries: tuple[dict[str, Any], ...] = ()  # failed attempts before this one (kind, wait_s, ...)
+    cache_hit: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -43,9 +45,11 @@ class ChatClient(Protocol):
 
     name: str
 
-    async def chat(self, messages: list[Message], *, grammar: str | None = None) -> ChatResponse:
+    async def chat(self, messages: list[Message], *, grammar: str | None = None,
+                   sample_id: int = 0) -> ChatResponse:
         """Generate one reply. `grammar` is a GBNF grammar the reply must follow; backends
-        that cannot constrain decoding raise `ConfigError` when one is given."""
+        that cannot constrain decoding raise `ConfigError` when one is given. `sample_id`
+        tells repeated samples of the same request apart (the response cache keys on it)."""
         ...
 
     @property

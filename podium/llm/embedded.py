@@ -147,7 +147,8 @@ class EmbeddedClient:
             prefill="continued" if prefill is not None else "none",
         )
 
-    async def chat(self, messages: list[Message], *, grammar: str | None = None) -> ChatResponse:
+    async def chat(self, messages: list[Message], *, grammar: str | None = None,
+                   sample_id: int = 0) -> ChatResponse:
         return await asyncio.to_thread(self._generate, messages, grammar)
 
     async def aclose(self) -> None:

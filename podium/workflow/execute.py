@@ -52,6 +52,8 @@ class StepRecord:
     request_id: str | None = None
     prefill: str = "none"
     cost: float | None = None
+    cache_hit: bool = False
+    retries: list[dict] = field(default_factory=list)  # failed attempts before the last one
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -130,6 +132,7 @@ async def execute_workflow(
     options: ExecOptions = ExecOptions(),
     previous_round: Sequence[PriorStep] = (),
     round_index: int = 0,
+    sample_id: int = 0,
     on_event: StepEvent | None = None,
 ) -> WorkflowRun:
     """Run every step of `workflow` (already validated against the team's size)."""
@@ -175,9 +178,10 @@ async def execute_workflow(
         rec.started_s = time.perf_counter() - t0
         emit("started", rec)
         try:
-            resp = await team.clients[rec.worker].chat(rec.messages)
+            resp = await team.clients[rec.worker].chat(rec.messages, sample_id=sample_id)
         except WorkerError as exc:
             rec.status, rec.error_kind, rec.error = "error", exc.kind, str(exc)
+            rec.retries = list(exc.retries)
         except Exception as exc:  # a broken client must not take the run down
             rec.status, rec.error_kind, rec.error = "error", "other", f"{type(exc).__name__}: {exc}"
         else:
@@ -186,6 +190,7 @@ async def execute_workflow(
             rec.reasoning_tokens, rec.finish_reason = resp.reasoning_tokens, resp.finish_reason
             rec.latency_s, rec.model = resp.latency_s, resp.model
             rec.request_id, rec.prefill = resp.request_id, resp.prefill
+            rec.cache_hit, rec.retries = resp.cache_hit, list(resp.retries)
         rec.finished_s = time.perf_counter() - t0
         if rec.status == "error" and options.on_error == "stop" and not stop:
             stop.append(f"stopped: step {rec.index} ({rec.worker_name}) failed")

@@ -271,7 +271,8 @@ def test_a_client_raising_a_plain_exception_is_recorded_as_other() -> None:
         name = "broken"
         supports_grammar = False
 
-        async def chat(self, messages: list[Message], *, grammar: str | None = None) -> Any:
+        async def chat(self, messages: list[Message], *, grammar: str | None = None,
+                       sample_id: int = 0) -> Any:
             raise KeyError("no-such-thing")
 
     async def main() -> WorkflowRun:
@@ -478,7 +479,8 @@ def test_worker_error_kind_reaches_the_record_unchanged() -> None:
         name = "rl"
         supports_grammar = False
 
-        async def chat(self, messages: list[Message], *, grammar: str | None = None) -> Any:
+        async def chat(self, messages: list[Message], *, grammar: str | None = None,
+                       sample_id: int = 0) -> Any:
             raise WorkerError("rl", "rate_limit", "slow down")
 
     async def main() -> WorkflowRun:
