@@ -21,7 +21,7 @@ from pathlib import Path
 from podium.conductor import Conductor
 from podium.config import load_pool
 from podium.llm.registry import build_client
-from podium.workflow.prompt import PoolEntry
+from podium.subpool import make_view
 
 QUESTIONS = [
     "What is 17 * 23?",
@@ -53,8 +53,7 @@ QUESTIONS = [
 
 async def run_mode(pool, questions, constrained: bool) -> dict:
     client = build_client(pool.conductor)
-    entries = [PoolEntry(i, w.name, w.description) for i, w in enumerate(pool.workers)]
-    conductor = Conductor(client, entries, len(pool.workers), pool.run, constrained=constrained)
+    conductor = Conductor(client, make_view(pool.workers), pool.run, constrained=constrained)
     rows = []
     for i, q in enumerate(questions):
         t0 = time.perf_counter()

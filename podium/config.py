@@ -233,6 +233,11 @@ def _check_backend_fields(spec: ModelSpec, source: str) -> None:
     if spec.backend == "openai" and not spec.model:
         raise ConfigError(f"Model {spec.name!r} in {source} uses backend 'openai' but has no "
                           "model. Set model to the name the endpoint serves.")
+    if spec.backend in ("anthropic", "gemini") and not spec.model:
+        example = "claude-sonnet-4-5" if spec.backend == "anthropic" else "gemini-2.5-flash"
+        raise ConfigError(f"Model {spec.name!r} in {source} uses backend {spec.backend!r} but "
+                          f"has no model. Set model to the provider's model name (e.g. "
+                          f"\"{example}\").")
     if spec.backend == "function" and not spec.function:
         raise ConfigError(f"Model {spec.name!r} in {source} uses backend 'function' but has no "
                           "function. Set function = \"package.module:callable\".")

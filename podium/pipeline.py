@@ -24,9 +24,10 @@ from podium.conductor import Conductor, ConductorTurn
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
 from podium.llm.base import ChatClient
+from podium.llm.cache import ResponseCache, default_cache_path
 from podium.llm.registry import build_clients
-from podium.workflow.execute import ExecOptions, Team, WorkflowRun, execute_workflow
-from podium.workflow.prompt import PoolEntry
+from podium.subpool import make_view
+from podium.workflow.execute import Budget, ExecOptions, Team, WorkflowRun, execute_workflow
 from podium.workflow.render import MessageOptions
 from podium.workflow.types import Step, Workflow
 
@@ -44,12 +45,19 @@ class Round:
 
 @dataclass
 class Usage:
+    """What a run spent. Answers from the response cache cost nothing and count only as hits."""
+
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float | None = 0.0  # None when some call's price is unknown
+    cache_hits: int = 0
 
-    def add(self, prompt: int, completion: int, cost: float | None) -> None:
+    def add(self, prompt: int, completion: int, cost: float | None, cache_hit: bool = False
+            ) -> None:
+        if cache_hit:
+            self.cache_hits += 1
+            return
         self.calls += 1
         self.prompt_tokens += prompt
         self.completion_tokens += completion
@@ -66,6 +74,7 @@ class RunResult:
     answer: str | None
     rounds: list[Round]
     wall_s: float
+    stopped: str | None = None  # a budget or failure that cut the run short
 
     @property
     def final_round(self) -> Round:
@@ -79,10 +88,10 @@ class RunResult:
         u = Usage()
         for rnd in self.rounds:
             c = rnd.conductor
-            u.add(c.prompt_tokens, c.completion_tokens, c.cost)
+            u.add(c.prompt_tokens, c.completion_tokens, c.cost, c.cache_hit)
             for step in rnd.run.steps if rnd.run else []:
                 if step.status in ("ok", "error"):
-                    u.add(step.prompt_tokens, step.completion_tokens, step.cost)
+                    u.add(step.prompt_tokens, step.completion_tokens, step.cost, step.cache_hit)
         return u
 
     def to_json(self) -> dict:
@@ -97,6 +106,7 @@ class RunResult:
                 for s in (final.run.steps if final.run else [])
             ],
             "fallback": any(r.conductor.fallback for r in self.rounds),
+            "stopped": self.stopped,
             "steps": [s.to_json() for r in self.rounds if r.run for s in r.run.steps],
             "rounds": [
                 {"conductor": r.conductor.to_json(), "answer": r.answer,
@@ -109,6 +119,7 @@ class RunResult:
                 "completion_tokens": u.completion_tokens,
                 "total_tokens": u.total_tokens,
                 "cost_usd": u.cost,
+                "cache_hits": u.cache_hits,
                 "wall_s": round(self.wall_s, 3),
             },
         }
@@ -139,8 +150,13 @@ class Pipeline:
     ) -> None:
         self.pool = pool
         self.settings = settings or pool.run
-        conductor_client, workers = clients or build_clients(pool)
-        self.team = Team(workers, [w.max_concurrency for w in pool.workers])
+        self.cache = None
+        if clients is None and self.settings.cache:
+            path = self.settings.cache_path or default_cache_path()
+            self.cache = ResponseCache(path)
+        conductor_client, workers = clients or build_clients(pool, cache=self.cache)
+        self.team = Team(workers, [w.max_concurrency for w in pool.workers],
+                         [w.price for w in pool.workers])
         constrained = pool.conductor.constrained
         if constrained is None:
             constrained = conductor_client.supports_grammar
@@ -150,8 +166,7 @@ class Pipeline:
                 "takes no grammar. Set grammar_style for it (llama_cpp or vllm) or set "
                 "constrained = false in [conductor]."
             )
-        entries = [PoolEntry(i, w.name, w.description) for i, w in enumerate(pool.workers)]
-        self.conductor = Conductor(conductor_client, entries, len(pool.workers), self.settings,
+        self.conductor = Conductor(conductor_client, make_view(pool.workers), self.settings,
                                    constrained=constrained)
 
     async def __aenter__(self) -> Pipeline:
@@ -165,54 +180,73 @@ class Pipeline:
             close = getattr(client, "aclose", None)
             if close is not None:
                 await close()
+        if self.cache is not None:
+            self.cache.close()
 
-    def _price(self, turn: ConductorTurn) -> None:
+    def _charge(self, turn: ConductorTurn, budget: Budget) -> None:
+        if turn.cache_hit:
+            turn.cost = 0.0
+            return
         turn.cost = self.pool.conductor.cost(turn.prompt_tokens, turn.completion_tokens)
+        budget.spend(turn.prompt_tokens + turn.completion_tokens, turn.cost)
 
     async def _execute(self, workflow: Workflow, question: str, round_index: int,
-                       previous: WorkflowRun | None, on_event: Event | None) -> WorkflowRun:
-        def step_event(kind: str, rec: Any) -> None:
-            if kind == "finished" and rec.status in ("ok", "error"):
-                rec.cost = self.pool.workers[rec.worker].cost(rec.prompt_tokens,
-                                                              rec.completion_tokens)
-            if on_event is not None:
-                on_event(kind, rec)
-
+                       previous: WorkflowRun | None, budget: Budget, sample_id: int,
+                       on_event: Event | None) -> WorkflowRun:
         return await execute_workflow(
             workflow, question, self.team, options=exec_options(self.settings),
             previous_round=previous.prior_steps() if previous else (),
-            round_index=round_index, on_event=step_event,
+            round_index=round_index, sample_id=sample_id, budget=budget, on_event=on_event,
         )
 
-    async def ask(self, question: str, *, on_event: Event | None = None) -> RunResult:
+    async def ask(self, question: str, *, sample_id: int = 0,
+                  workers: Sequence[int] | None = None,
+                  on_event: Event | None = None) -> RunResult:
+        """Answer one question. `sample_id` tells repeated samples of it apart (the response
+        cache keys on it), e.g. the G rollouts of one training question. `workers` restricts
+        the Conductor to those pool indices (a sub-pool; ids shown as `run.subpool_ids`)."""
         if not question or not question.strip():
             raise ConfigError("The question is empty. Pass the question as text, e.g. "
                               "podium ask \"What is 17 * 3?\".")
         t0 = time.perf_counter()
-        turn = await self.conductor.plan(question)
-        self._price(turn)
-        if turn.workflow is None and turn.error is None and self.settings.fallback:
+        s = self.settings
+        budget = Budget(s.max_calls, s.max_tokens, s.max_cost)
+        budget.reserve()  # the Conductor's first call is always made
+        view = None if workers is None else make_view(self.pool.workers, workers, s.subpool_ids)
+        turn = await self.conductor.plan(question, sample_id=sample_id, view=view)
+        self._charge(turn, budget)
+        if turn.workflow is None and turn.error is None and s.fallback:
+            allowed = (view or self.conductor.view).pool_indices()
+            worker = s.fallback_worker if s.fallback_worker in allowed else allowed[0]
             turn.fallback = True
-            turn.workflow = Workflow((Step(self.settings.fallback_worker, FALLBACK_SUBTASK, ()),))
+            turn.workflow = Workflow((Step(worker, FALLBACK_SUBTASK, ()),))
         if on_event:
             on_event("conductor", turn)
         rounds: list[Round] = []
         run = None
         if turn.workflow is not None:
-            run = await self._execute(turn.workflow, question, 0, None, on_event)
+            run = await self._execute(turn.workflow, question, 0, None, budget, sample_id,
+                                      on_event)
         rounds.append(Round(turn, run, run.answer if run else None))
+        stopped = run.stopped if run else None
         for _ in range(self.settings.recursion):
             previous = rounds[-1]
             if previous.run is None or previous.answer is None:
                 break  # nothing to show the Conductor
-            turn = await self.conductor.revise(previous.conductor, previous.answer)
-            self._price(turn)
+            if why := budget.reserve():
+                stopped = why
+                break
+            turn = await self.conductor.revise(previous.conductor, previous.answer,
+                                               sample_id=sample_id)
+            self._charge(turn, budget)
             if on_event:
                 on_event("conductor", turn)
             if turn.workflow is None:  # kept, or a format error: the previous answer stands
                 rounds.append(Round(turn, None, previous.answer))
                 continue
-            run = await self._execute(turn.workflow, question, turn.round, previous.run,
-                                      on_event)
+            run = await self._execute(turn.workflow, question, turn.round, previous.run, budget,
+                                      sample_id, on_event)
             rounds.append(Round(turn, run, run.answer))
-        return RunResult(question, rounds[-1].answer, rounds, time.perf_counter() - t0)
+            stopped = run.stopped or stopped
+        return RunResult(question, rounds[-1].answer, rounds, time.perf_counter() - t0,
+                         stopped)

@@ -7,12 +7,18 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
 import pytest
 
 from podium.llm.embedded import bundled_gguf
+
+
+def pytest_configure(config):
+    """Keep the response cache of every test (and of subprocesses) out of the user's home."""
+    os.environ["PODIUM_CACHE_DIR"] = tempfile.mkdtemp(prefix="podium-test-cache-")
 
 
 def free_port() -> int:

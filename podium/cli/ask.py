@@ -14,27 +14,32 @@ from podium.cli import output
 from podium.errors import ConfigError, PodiumError
 
 
-def _settings(pool, recursion: int | None):
-    if recursion is None:
-        return pool.run
-    return pool.run.model_copy(update={"recursion": recursion})
+def _settings(pool, recursion: int | None, no_cache: bool):
+    update: dict = {"cache": False} if no_cache else {}
+    if recursion is not None:
+        update["recursion"] = recursion
+    return pool.run.model_copy(update=update)
 
 
 async def _ask(question: str, pool_path: str | None, recursion: int | None,
-               show: output.LiveView | None):
+               workers: list[str] | None, no_cache: bool, show: output.LiveView | None):
     from podium.config import load_pool
     from podium.pipeline import Pipeline
+    from podium.subpool import choose_workers
 
     pool = load_pool(pool_path)
+    chosen = choose_workers(pool.workers, workers) if workers else None
     if show:
-        show.header(pool)
-    async with Pipeline(pool, settings=_settings(pool, recursion)) as pipe:
+        show.header(pool, chosen)
+    async with Pipeline(pool, settings=_settings(pool, recursion, no_cache)) as pipe:
         if show:
             show.thinking()
-        return pool, await pipe.ask(question, on_event=show.event if show else None)
+        return pool, await pipe.ask(question, workers=chosen,
+                                    on_event=show.event if show else None)
 
 
-def run_ask(question: str, *, pool: str | None, recursion: int | None, trace: str | None,
+def run_ask(question: str, *, pool: str | None, recursion: int | None,
+            workers: list[str] | None = None, no_cache: bool = False, trace: str | None,
             json_out: bool, verbose: bool, debug: bool) -> int:
     err = Console(stderr=True)
     out = Console()
@@ -43,7 +48,7 @@ def run_ask(question: str, *, pool: str | None, recursion: int | None, trace: st
         if not question.strip():
             raise ConfigError("The question is empty. Pass the question as text, e.g. "
                               "podium ask \"What is 17 * 3?\".")
-        pool_obj, result = asyncio.run(_ask(question, pool, recursion, show))
+        _, result = asyncio.run(_ask(question, pool, recursion, workers, no_cache, show))
     except PodiumError as exc:
         if show:
             show.stop()

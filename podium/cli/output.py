@@ -46,9 +46,10 @@ class LiveView:
         self.worker_names: list[str] = []
         self._status = None
 
-    def header(self, pool) -> None:
+    def header(self, pool, chosen: list[int] | None = None) -> None:
         self.worker_names = [w.name for w in pool.workers]
-        workers = ", ".join(f"{i} {w.name}" for i, w in enumerate(pool.workers))
+        workers = ", ".join(f"{i} {w.name}" for i, w in enumerate(pool.workers)
+                            if chosen is None or i in chosen)
         self.console.print(f"[bold]Conductor[/] {pool.conductor.name} ({pool.conductor.backend}) "
                            f"· [bold]workers[/] {workers} · pool {pool.source}")
 
@@ -122,9 +123,12 @@ class LiveView:
                           title="[bold]Answer[/]", title_align="left", border_style="green"))
         u = result.usage()
         cost = f"${u.cost:.6f}" if u.cost is not None else "unknown (no price in the pool file)"
-        c.print(f"[bold]Totals[/] {u.calls} calls · {u.prompt_tokens} prompt + "
+        hits = f" (+{u.cache_hits} from cache)" if u.cache_hits else ""
+        c.print(f"[bold]Totals[/] {u.calls} calls{hits} · {u.prompt_tokens} prompt + "
                 f"{u.completion_tokens} completion tokens · {result.wall_s:.1f}s wall · "
                 f"cost {cost}")
+        if result.stopped:
+            c.print(f"[yellow]Stopped early: {escape(result.stopped)}[/]")
         if trace:
             c.print(f"Trace written to {trace}")
 

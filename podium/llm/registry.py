@@ -1,17 +1,39 @@
-"""Build clients from pool entries: one place that maps a backend name to a class."""
+"""Build clients from pool entries: one place that maps a backend name to a class and stacks
+the layers every call goes through:
+
+    CachedClient          identical earlier request -> answered from the response cache
+      ReliableClient      RPM/TPM limits, retries with backoff, re-asks on empty replies
+        backend client    openai | anthropic | gemini | embedded | function
+
+Network backends get the reliability layer; the embedded model and Python functions don't need
+it. Concurrency limits live in the executor's `Team`, shared by every workflow.
+"""
 
 from __future__ import annotations
 
 from podium.config import ModelSpec, Pool
 from podium.llm.base import ChatClient
+from podium.llm.cache import CachedClient, ResponseCache
 from podium.llm.embedded import EmbeddedClient, ModelStore
 from podium.llm.function import FunctionClient
-from podium.llm.openai_compat import OpenAICompatClient
+from podium.llm.reliable import RateLimiter, ReliableClient
+
+NETWORK_BACKENDS = ("openai", "anthropic", "gemini")
 
 
-def build_client(spec: ModelSpec, store: ModelStore | None = None) -> ChatClient:
+def _backend(spec: ModelSpec, store: ModelStore | None) -> ChatClient:
     if spec.backend == "openai":
+        from podium.llm.openai_compat import OpenAICompatClient
+
         return OpenAICompatClient(spec)
+    if spec.backend == "anthropic":
+        from podium.llm.anthropic_native import AnthropicClient
+
+        return AnthropicClient(spec)
+    if spec.backend == "gemini":
+        from podium.llm.gemini_native import GeminiClient
+
+        return GeminiClient(spec)
     if spec.backend == "embedded":
         return EmbeddedClient(spec, store or ModelStore())
     if spec.backend == "function":
@@ -19,7 +41,21 @@ def build_client(spec: ModelSpec, store: ModelStore | None = None) -> ChatClient
     raise AssertionError(f"unhandled backend {spec.backend!r}")  # the config validates it
 
 
-def build_clients(pool: Pool) -> tuple[ChatClient, list[ChatClient]]:
+def build_client(spec: ModelSpec, store: ModelStore | None = None, *,
+                 cache: ResponseCache | None = None) -> ChatClient:
+    """One model's client with its reliability and cache layers."""
+    client = _backend(spec, store)
+    if spec.backend in NETWORK_BACKENDS:
+        limiter = RateLimiter(spec.rpm, spec.tpm) if spec.rpm or spec.tpm else None
+        client = ReliableClient(client, spec, limiter=limiter)
+    if cache is not None:
+        client = CachedClient(client, spec, cache)
+    return client
+
+
+def build_clients(pool: Pool, *, cache: ResponseCache | None = None
+                  ) -> tuple[ChatClient, list[ChatClient]]:
     """The Conductor's client and one client per worker, sharing embedded models."""
     store = ModelStore()
-    return build_client(pool.conductor, store), [build_client(w, store) for w in pool.workers]
+    return (build_client(pool.conductor, store, cache=cache),
+            [build_client(w, store, cache=cache) for w in pool.workers])

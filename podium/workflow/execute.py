@@ -9,7 +9,13 @@ as in the paper's sequential execution.
 Failures are data: a failed call is recorded on its step (error kind and message) and, by
 `on_error`, the workflow either continues (later steps see the failed step as an empty response)
 or stops (steps not yet started are marked `skipped`). Every step record holds the exact
-messages sent, the response, tokens, latency and timing relative to the workflow's start.
+messages sent, the response, tokens, cost, retries, latency and timing relative to the start.
+
+A `Budget` caps one question's calls, tokens and cost across the Conductor and every round:
+a step that would go past a cap is not called; it and the steps after it are `skipped` with the
+budget as the recorded reason. Calls are reserved before they start, so parallel steps never
+exceed `max_calls`; tokens and cost are known only afterwards, so those caps stop the next call
+once what has been spent reaches them.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from podium.config import Price
 from podium.errors import WorkerError
 from podium.llm.base import ChatClient, Message
 from podium.workflow.render import MessageOptions, PriorStep, worker_messages
@@ -81,14 +88,44 @@ class ExecOptions:
     messages: MessageOptions = MessageOptions()
 
 
+@dataclass
+class Budget:
+    """Per-question caps (None = no cap) and what has been spent so far."""
+
+    max_calls: int | None = None
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    calls: int = 0
+    tokens: int = 0
+    cost: float = 0.0
+
+    def reserve(self) -> str | None:
+        """Take one call, or return why not (a cap is reached)."""
+        if self.max_calls is not None and self.calls >= self.max_calls:
+            return f"budget: max_calls = {self.max_calls} reached"
+        if self.max_tokens is not None and self.tokens >= self.max_tokens:
+            return f"budget: max_tokens = {self.max_tokens} reached ({self.tokens} spent)"
+        if self.max_cost is not None and self.cost >= self.max_cost:
+            return f"budget: max_cost = ${self.max_cost} reached (${self.cost:.6f} spent)"
+        self.calls += 1
+        return None
+
+    def spend(self, tokens: int, cost: float | None) -> None:
+        self.tokens += tokens
+        self.cost += cost or 0.0
+
+
 class Team:
-    """The workers a workflow may call, by pool index, each with a concurrency limit.
+    """The workers a workflow may call, by pool index, each with a concurrency limit and an
+    optional price (USD per 1M tokens) used for step costs and budgets.
 
     Share one Team across concurrent workflows so the limits hold across all of them.
     """
 
-    def __init__(self, clients: Sequence[ChatClient], max_concurrency: Sequence[int] | int = 4):
+    def __init__(self, clients: Sequence[ChatClient], max_concurrency: Sequence[int] | int = 4,
+                 prices: Sequence[Price | None] | None = None):
         self.clients = list(clients)
+        self.prices = list(prices) if prices is not None else [None] * len(self.clients)
         limits = ([max_concurrency] * len(self.clients) if isinstance(max_concurrency, int)
                   else list(max_concurrency))
         if len(limits) != len(self.clients):
@@ -133,6 +170,7 @@ async def execute_workflow(
     previous_round: Sequence[PriorStep] = (),
     round_index: int = 0,
     sample_id: int = 0,
+    budget: Budget | None = None,
     on_event: StepEvent | None = None,
 ) -> WorkflowRun:
     """Run every step of `workflow` (already validated against the team's size)."""
@@ -167,6 +205,8 @@ async def execute_workflow(
                                            previous_round=previous_round,
                                            options=options.messages)
             async with team.semaphores[rec.worker]:
+                if not stop and budget is not None and (why := budget.reserve()):
+                    stop.append(why)
                 if stop:
                     return skip(rec)
                 await call(rec)
@@ -191,6 +231,11 @@ async def execute_workflow(
             rec.latency_s, rec.model = resp.latency_s, resp.model
             rec.request_id, rec.prefill = resp.request_id, resp.prefill
             rec.cache_hit, rec.retries = resp.cache_hit, list(resp.retries)
+            price = team.prices[rec.worker]
+            rec.cost = 0.0 if resp.cache_hit else (
+                price.cost(rec.prompt_tokens, rec.completion_tokens) if price else None)
+            if budget is not None and not resp.cache_hit:
+                budget.spend(resp.total_tokens, rec.cost)
         rec.finished_s = time.perf_counter() - t0
         if rec.status == "error" and options.on_error == "stop" and not stop:
             stop.append(f"stopped: step {rec.index} ({rec.worker_name}) failed")

@@ -1,0 +1,209 @@
+"""An on-disk response cache (SQLite), so that re-running a question repeats no paid call.
+
+The key rule: a call is keyed by WHAT is asked, never by WHERE or by WHOM. `cache_key` hashes
+the backend, model, messages, sampling settings, grammar and `sample_id`; it leaves out
+base_url, api_key_env, name, price, description, timeouts, retries and concurrency, so a model
+moved to another endpoint or renamed keeps its cache. Workers with the same model and sampling
+settings share entries (same request, same answer distribution); `sample_id` keeps the G
+samples of one question apart. Only the sha256 of the key material and the response are
+stored, so no URL or secret can be in the file.
+
+Writers: one SQLite file is shared by many tasks, threads and processes (WAL journal, a 30 s
+busy timeout, one connection per thread, a retry loop on "database is locked"). The first
+writer of a key wins (`INSERT OR IGNORE`): once cached, a request keeps its answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from podium.config import ModelSpec
+from podium.errors import ConfigError
+from podium.llm.base import ChatClient, ChatResponse, Message
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+_SAMPLING = ("temperature", "top_p", "max_tokens", "stop", "seed", "extra_body",
+             "max_tokens_param", "reasoning_effort", "thinking", "thinking_budget")
+_STORED = ("text", "prompt_tokens", "completion_tokens", "reasoning_tokens", "finish_reason",
+           "model", "request_id", "prefill", "extra")
+_COLUMNS = ["key", "response", "created"]
+_LOCK_TRIES = 8
+
+
+def cache_key(spec: ModelSpec, messages: list[Message] | list[dict], *, grammar: str | None,
+              sample_id: int) -> str:
+    """sha256 hex of the canonical JSON of everything that shapes the answer (see above)."""
+    material: dict[str, Any] = {"v": FORMAT_VERSION, "backend": spec.backend, "model": spec.model,
+                                "messages": messages, "grammar": grammar, "sample_id": sample_id}
+    material.update({k: getattr(spec, k) for k in _SAMPLING})
+    if spec.backend == "function":
+        material["function"] = spec.function
+    blob = json.dumps(material, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def default_cache_path() -> Path:
+    """$PODIUM_CACHE_DIR/responses.sqlite, else ~/.cache/podium/responses.sqlite."""
+    base = os.environ.get("PODIUM_CACHE_DIR")
+    return (Path(base) if base else Path.home() / ".cache" / "podium") / "responses.sqlite"
+
+
+def _locked(exc: sqlite3.OperationalError) -> bool:
+    msg = str(exc).lower()
+    return "locked" in msg or "busy" in msg
+
+
+class ResponseCache:
+    """key -> ChatResponse in one SQLite file; safe for concurrent threads and processes."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).expanduser()
+        self._conns: dict[int, sqlite3.Connection] = {}
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        fix = (f"Delete {self.path} (it only holds cached replies), set another cache_path "
+               "under [run] in the pool file, or run with --no-cache.")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._retry(self._setup)
+        except (OSError, sqlite3.DatabaseError) as e:
+            self.close()
+            raise ConfigError(f"Response cache {self.path} cannot be used: {e}. {fix}") from None
+        except ValueError as e:
+            self.close()
+            raise ConfigError(f"Response cache {self.path} {e}. {fix}") from None
+
+    def _setup(self, conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE IF NOT EXISTS responses "
+                     "(key TEXT PRIMARY KEY, response TEXT NOT NULL, created REAL)")
+        cols = [row[1] for row in conn.execute("PRAGMA table_info(responses)")]
+        if cols != _COLUMNS:
+            raise ValueError(f"is not a podium response cache (table columns {cols})")
+
+    def _conn(self) -> sqlite3.Connection:
+        with self._lock:
+            if os.getpid() != self._pid:  # forked: never touch the parent's connections
+                self._conns, self._pid = {}, os.getpid()
+            conn = self._conns.get(threading.get_ident())
+            if conn is None:
+                conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None,
+                                       check_same_thread=False)
+                conn.execute("PRAGMA busy_timeout=30000")
+                self._conns[threading.get_ident()] = conn
+            return conn
+
+    def _retry(self, op: Any) -> Any:
+        for attempt in range(_LOCK_TRIES):
+            try:
+                return op(self._conn())
+            except sqlite3.OperationalError as e:
+                if not _locked(e) or attempt == _LOCK_TRIES - 1:
+                    raise
+                time.sleep(min(0.05 * 2 ** attempt, 1.0))
+
+    def get(self, key: str) -> ChatResponse | None:
+        """The stored response (cache_hit=True, latency 0, no retries), or None."""
+        try:
+            row = self._retry(lambda c: c.execute(
+                "SELECT response FROM responses WHERE key = ?", (key,)).fetchone())
+            if row is None:
+                return None
+            fields = {k: v for k, v in json.loads(row[0]).items() if k in _STORED}
+            return ChatResponse(**fields, cache_hit=True, latency_s=0.0, retries=())
+        except (sqlite3.DatabaseError, ValueError, TypeError) as e:  # a miss, never a crash
+            log.warning("response cache %s: read failed (%s); treating as a miss", self.path, e)
+            return None
+
+    def put(self, key: str, response: ChatResponse) -> None:
+        """Store a response; the first writer of a key wins. Never raises on cache trouble."""
+        try:
+            blob = json.dumps({k: getattr(response, k) for k in _STORED}, ensure_ascii=False)
+        except (TypeError, ValueError) as e:
+            log.warning("response cache: not storing a reply whose extra is not JSON (%s)", e)
+            return
+        try:
+            self._retry(lambda c: c.execute(
+                "INSERT OR IGNORE INTO responses (key, response, created) VALUES (?, ?, ?)",
+                (key, blob, time.time())))
+        except sqlite3.DatabaseError as e:
+            log.warning("response cache %s: write failed (%s); reply not cached", self.path, e)
+
+    def __len__(self) -> int:
+        return self._retry(lambda c: c.execute("SELECT count(*) FROM responses").fetchone()[0])
+
+    def close(self) -> None:
+        """Close every connection; a later get/put reopens one."""
+        with self._lock:
+            conns, self._conns = list(self._conns.values()), {}
+        for conn in conns:
+            conn.close()
+
+
+class CachedClient:
+    """Wraps a ChatClient: an identical earlier request (same key) is answered from the cache.
+
+    Concurrent identical requests are de-duplicated: one calls the model, the others wait and
+    get its reply as a cache hit (or, if it failed or was empty, make their own call).
+    """
+
+    def __init__(self, inner: ChatClient, spec: ModelSpec, cache: ResponseCache) -> None:
+        self.inner = inner
+        self.spec = spec
+        self.cache = cache
+        self.name = inner.name
+        self._inflight: dict[tuple[asyncio.AbstractEventLoop, str], asyncio.Future] = {}
+
+    @property
+    def supports_grammar(self) -> bool:
+        return self.inner.supports_grammar
+
+    async def aclose(self) -> None:
+        close = getattr(self.inner, "aclose", None)
+        if close is not None:
+            await close()
+
+    async def chat(self, messages: list[Message], *, grammar: str | None = None,
+                   sample_id: int = 0) -> ChatResponse:
+        key = cache_key(self.spec, messages, grammar=grammar, sample_id=sample_id)
+        slot = (asyncio.get_running_loop(), key)
+        pending = self._inflight.get(slot)
+        if pending is not None:  # the same request is in flight: share its cached reply
+            shared = await asyncio.shield(pending)
+            if shared is not None:
+                return shared
+            return (await self._call(key, messages, grammar, sample_id))[0]
+        fut: asyncio.Future = slot[0].create_future()
+        self._inflight[slot] = fut
+        shared = None
+        try:
+            shared = await asyncio.to_thread(self.cache.get, key)
+            if shared is not None:
+                return shared
+            resp, shared = await self._call(key, messages, grammar, sample_id)
+            return resp
+        finally:
+            del self._inflight[slot]
+            if not fut.done():
+                fut.set_result(shared)
+
+    async def _call(self, key: str, messages: list[Message], grammar: str | None,
+                    sample_id: int) -> tuple[ChatResponse, ChatResponse | None]:
+        """Ask the model; store a non-empty reply. Returns it and its hit copy (if stored)."""
+        resp = await self.inner.chat(messages, grammar=grammar, sample_id=sample_id)
+        if not resp.text or resp.cache_hit:
+            return resp, None
+        await asyncio.to_thread(self.cache.put, key, resp)
+        return resp, dataclasses.replace(resp, cache_hit=True, latency_s=0.0, retries=())
