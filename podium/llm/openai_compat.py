@@ -2,12 +2,18 @@
 
 Providers are data: a pool entry gives the base URL, model name, the environment variable that
 holds the key, and sampling settings. The key is sent only to that entry's base URL and never
-appears in an error message. Provider exceptions become `WorkerError` here and nowhere else.
+appears in an error message. Provider exceptions become `WorkerError` here and nowhere else,
+with the HTTP status and the server's Retry-After when there are any. The SDK's own retries
+are off: `podium.llm.reliable.ReliableClient` retries, and records every attempt.
 """
 
 from __future__ import annotations
 
+import email.utils
+import json
+import math
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import openai
@@ -18,6 +24,10 @@ from podium.llm.base import ChatResponse, Message, PrefillMode
 
 
 def _error_kind(exc: Exception) -> str:
+    # A reply that is not valid JSON (e.g. cut off): the SDK raises json.JSONDecodeError itself,
+    # or APIResponseValidationError with strict validation. Asking again may well work.
+    if isinstance(exc, json.JSONDecodeError | openai.APIResponseValidationError):
+        return "server"
     if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
         return "auth"
     if isinstance(exc, openai.RateLimitError):
@@ -46,10 +56,38 @@ _HINTS = {
 }
 
 
+def retry_after(headers: Any) -> float | None:
+    """Seconds a response's `retry-after-ms` or `retry-after` header (seconds or an HTTP date)
+    asks to wait; None when there is no usable header."""
+    if headers is None:
+        return None
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / scale
+        except (TypeError, ValueError):
+            if name == "retry-after-ms":
+                continue
+            try:
+                when = email.utils.parsedate_to_datetime(str(value))
+            except (TypeError, ValueError, IndexError):
+                continue
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=UTC)
+            seconds = (when - datetime.now(UTC)).total_seconds()
+        if math.isfinite(seconds):
+            return max(seconds, 0.0)
+    return None
+
+
 def worker_error(spec: ModelSpec, exc: Exception, secret: str | None) -> WorkerError:
     """Convert a provider exception. The key (if any) is scrubbed from the message."""
     kind = _error_kind(exc)
     status = getattr(exc, "status_code", None)
+    response = getattr(exc, "response", None)
+    wait = retry_after(getattr(response, "headers", None))
     detail = _HINTS[kind].format(url=spec.base_url)
     if kind not in ("auth",):  # auth messages may echo part of the key: never include them
         raw = str(exc)
@@ -58,7 +96,8 @@ def worker_error(spec: ModelSpec, exc: Exception, secret: str | None) -> WorkerE
         detail = f"{detail} ({type(exc).__name__}{f' {status}' if status else ''}: {raw[:300]})"
     elif status:
         detail = f"{detail} (HTTP {status})"
-    return WorkerError(spec.name, kind, detail)  # type: ignore[arg-type]
+    return WorkerError(spec.name, kind, detail,  # type: ignore[arg-type]
+                       status=status if isinstance(status, int) else None, retry_after=wait)
 
 
 class OpenAICompatClient:
@@ -71,8 +110,8 @@ class OpenAICompatClient:
         self._client = openai.AsyncOpenAI(
             base_url=spec.base_url,
             api_key=self._key or "not-needed",
-            timeout=openai.Timeout(spec.timeout_s, connect=10.0),
-            max_retries=2,
+            timeout=openai.Timeout(spec.timeout_s, connect=spec.connect_timeout_s),
+            max_retries=0,  # ReliableClient retries (and records each attempt)
         )
 
     @property
@@ -80,13 +119,22 @@ class OpenAICompatClient:
         return self.spec.grammar_style is not None
 
     def _request(self, messages: list[Message], grammar: str | None) -> dict[str, Any]:
+        """The request body. Provider quirks come from the pool entry's profile settings:
+        `max_tokens_param` (max_completion_tokens for OpenAI reasoning models),
+        `reasoning_effort`, and `thinking` (Qwen3-style chat_template_kwargs.enable_thinking)."""
         s = self.spec
         body: dict[str, Any] = {"model": s.model, "messages": messages}
-        for key in ("temperature", "top_p", "max_tokens", "stop", "seed"):
+        for key in ("temperature", "top_p", "stop", "seed", "reasoning_effort"):
             value = getattr(s, key)
             if value is not None:
                 body[key] = value
+        if s.max_tokens is not None:
+            body[s.max_tokens_param] = s.max_tokens
         extra = dict(s.extra_body)
+        if s.thinking is not None:
+            kwargs = dict(extra.get("chat_template_kwargs") or {})
+            kwargs["enable_thinking"] = s.thinking
+            extra["chat_template_kwargs"] = kwargs
         if grammar is not None:
             if s.grammar_style == "llama_cpp":
                 extra["grammar"] = grammar
@@ -112,9 +160,12 @@ class OpenAICompatClient:
         start = time.perf_counter()
         try:
             resp = await self._client.chat.completions.create(**body)
-        except openai.OpenAIError as exc:
+        except (openai.OpenAIError, json.JSONDecodeError) as exc:
             raise worker_error(self.spec, exc, self._key) from None
         latency = time.perf_counter() - start
+        if not hasattr(resp, "choices"):  # a non-JSON content type comes back as text
+            raise WorkerError(self.name, "server", "the endpoint's reply is not a chat "
+                              f"completion (got {type(resp).__name__}); check base_url")
         if not resp.choices:
             raise WorkerError(self.name, "empty", "the endpoint returned no choices")
         choice = resp.choices[0]

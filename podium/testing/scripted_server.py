@@ -7,8 +7,21 @@ exercised end to end rather than through a mock object:
 * every reply takes a set latency (`asyncio.sleep`), globally or per model;
 * the server measures how many requests were in flight at once, overall and per model, and
   keeps a log of every request (model, start and end time, last user message);
-* it can be told to fail, per model: HTTP 500, 429 (with `Retry-After: 1`), 401, an empty
-  reply, or a hang (3600 s).
+* it can be told to fail, per model (`faults_by_model`), in one of these ways:
+
+      "500"        HTTP 500
+      "503"        HTTP 503 with a `Retry-After` header
+      "429"        HTTP 429 with a `Retry-After` header
+      "401"        HTTP 401 (a bad API key)
+      "empty"      HTTP 200 whose reply text is ""
+      "truncated"  HTTP 200, `application/json`, but only the first half of the JSON body
+      "reset"      the connection is dropped (TCP reset) without any response
+      "slow"       the reply takes 30 s (for client read-timeout tests)
+      "hang"       the reply takes 3600 s
+
+  `"<fault>x<N>"` (e.g. "429x2", "500x1", "emptyx2") fails that way for the first N requests
+  to that model and then answers normally; the count is per model and `/reset` restarts it.
+  `Retry-After` is 1 s unless `retry_after_by_model` gives a model another value (e.g. 0.2).
 
 Replies are deterministic. By default a reply echoes what the model was shown:
 `f"[{model}] " + <the last 60 characters of the last user message>`; a model listed in
@@ -19,7 +32,7 @@ Endpoints:
     POST /v1/chat/completions   a non-streaming `chat.completion` (unknown body fields ignored)
     GET  /v1/models             the configured model names, or ["scripted"]
     GET  /stats                 the statistics below, as JSON
-    POST /reset                 clears the statistics
+    POST /reset                 clears the statistics and restarts the counted faults
 
 `GET /stats` returns:
 
@@ -31,7 +44,8 @@ Endpoints:
     }
 
 Times are `time.time()` seconds; `end_time` and `status` are null while a request is still in
-flight; `status` is 499 when the client went away before the reply. Request headers are never
+flight; `status` is 499 when the client went away before the reply and 0 when the server
+dropped the connection (the "reset" fault). Request headers are never
 stored (an Authorization header may carry a secret): only the body fields above are kept.
 
 From tests and benchmarks, run it in a separate process with `ScriptedServer`:
@@ -44,17 +58,21 @@ From tests and benchmarks, run it in a separate process with `ScriptedServer`:
 or in the foreground:
 
     python -m podium.testing.scripted_server --port 8099 --latency 0.05 \\
-        --config '{"latency_by_model": {"slow": 1.0}, "faults_by_model": {"bad": "429"},
-                   "reply_by_model": {"fixed": "hello"}, "models": ["a", "b"]}'
+        --config '{"latency_by_model": {"slow": 1.0}, "faults_by_model": {"bad": "429x2"},
+                   "retry_after_by_model": {"bad": 0.2}, "reply_by_model": {"fixed": "hello"},
+                   "models": ["a", "b"]}'
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import re
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -69,17 +87,32 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the server side needs starlette/uvicorn; the client side only the stdlib
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse
+    from starlette.responses import JSONResponse, Response
 
 HOST = "127.0.0.1"
-FAULTS: tuple[str, ...] = ("500", "429", "401", "empty", "hang")
+FAULTS: tuple[str, ...] = (
+    "500",
+    "503",
+    "429",
+    "401",
+    "empty",
+    "truncated",
+    "reset",
+    "slow",
+    "hang",
+)
 HANG_SECONDS = 3600.0
+SLOW_SECONDS = 30.0
+RETRY_AFTER_SECONDS = 1.0  # the default Retry-After of the "429" and "503" faults
 ECHO_CHARS = 60
 CLIENT_GONE = 499  # the status logged for a request whose client disconnected before the reply
+CONNECTION_RESET = 0  # the status logged for a request answered with the "reset" fault
+_COUNTED = re.compile(r"^(?P<fault>[a-z0-9]+)x(?P<count>\d+)$")
 
 _ERRORS: dict[str, tuple[int, str, str, str]] = {
     # fault: (status, message, type, code)
     "500": (500, "scripted fault: internal server error", "server_error", "internal_error"),
+    "503": (503, "scripted fault: service unavailable", "server_error", "overloaded"),
     "429": (429, "scripted fault: rate limit reached", "rate_limit_error", "rate_limit_exceeded"),
     "401": (
         401,
@@ -88,7 +121,26 @@ _ERRORS: dict[str, tuple[int, str, str, str]] = {
         "invalid_api_key",
     ),
 }
-_CONFIG_KEYS = ("latency_by_model", "faults_by_model", "reply_by_model", "models")
+_CONFIG_KEYS = (
+    "latency_by_model",
+    "faults_by_model",
+    "retry_after_by_model",
+    "reply_by_model",
+    "models",
+)
+
+
+def parse_fault(spec: str) -> tuple[str, int | None]:
+    """`"429"` -> ("429", None) (always); `"429x2"` -> ("429", 2) (the first 2 requests).
+    ValueError for an unknown fault."""
+    match = _COUNTED.match(spec)
+    fault, count = (match["fault"], int(match["count"])) if match else (spec, None)
+    if fault not in FAULTS:
+        raise ValueError(
+            f"{spec!r} is not a fault; use one of {', '.join(FAULTS)}, optionally followed by "
+            "x<N> (e.g. 429x2) to fail only the first N requests"
+        )
+    return fault, count
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,6 +154,7 @@ class ServerConfig:
     latency: float = 0.05
     latency_by_model: dict[str, float] = field(default_factory=dict)
     faults_by_model: dict[str, str] = field(default_factory=dict)
+    retry_after_by_model: dict[str, float] = field(default_factory=dict)
     reply_by_model: dict[str, str] = field(default_factory=dict)
     models: list[str] = field(default_factory=list)
 
@@ -115,17 +168,21 @@ class ServerConfig:
                 raise ValueError(f"latency_by_model[{model!r}] must be >= 0, got {value}")
         self.faults_by_model = {str(k): str(v) for k, v in self.faults_by_model.items()}
         for model, fault in self.faults_by_model.items():
-            if fault not in FAULTS:
-                raise ValueError(
-                    f"faults_by_model[{model!r}] is {fault!r}; use one of {', '.join(FAULTS)}"
-                )
+            try:
+                parse_fault(fault)
+            except ValueError as exc:
+                raise ValueError(f"faults_by_model[{model!r}]: {exc}") from None
+        self.retry_after_by_model = {str(k): float(v) for k, v in self.retry_after_by_model.items()}
+        for model, value in self.retry_after_by_model.items():
+            if value < 0:
+                raise ValueError(f"retry_after_by_model[{model!r}] must be >= 0, got {value}")
         self.reply_by_model = {str(k): str(v) for k, v in self.reply_by_model.items()}
         self.models = [str(m) for m in self.models]
 
     @classmethod
     def from_json(cls, text: str, latency: float = 0.05) -> ServerConfig:
         """Build from the `--config` JSON object (keys: latency_by_model, faults_by_model,
-        reply_by_model, models); unknown keys are an error."""
+        retry_after_by_model, reply_by_model, models); unknown keys are an error."""
         data = json.loads(text or "{}")
         if not isinstance(data, dict):
             raise ValueError("--config must be a JSON object")
@@ -139,6 +196,7 @@ class ServerConfig:
             {
                 "latency_by_model": self.latency_by_model,
                 "faults_by_model": self.faults_by_model,
+                "retry_after_by_model": self.retry_after_by_model,
                 "reply_by_model": self.reply_by_model,
                 "models": self.models,
             }
@@ -146,6 +204,9 @@ class ServerConfig:
 
     def latency_for(self, model: str) -> float:
         return self.latency_by_model.get(model, self.latency)
+
+    def retry_after_for(self, model: str) -> float:
+        return self.retry_after_by_model.get(model, RETRY_AFTER_SECONDS)
 
     def model_names(self) -> list[str]:
         if self.models:
@@ -178,12 +239,20 @@ class _Counter:
 
 
 class Stats:
-    """In-flight counts (current and maximum), request counts and a request log."""
+    """In-flight counts (current and maximum), request counts and a request log; also how
+    many requests each model has had since the last reset (for the counted faults)."""
 
     def __init__(self) -> None:
         self.overall = _Counter()
         self.by_model: dict[str, _Counter] = {}
         self.log: list[dict[str, Any]] = []
+        self.seen: dict[str, int] = {}
+
+    def arrival(self, model: str) -> int:
+        """Count one more request to `model`; return how many came before it."""
+        before = self.seen.get(model, 0)
+        self.seen[model] = before + 1
+        return before
 
     def start(self, model: str, last_user_message: str) -> dict[str, Any]:
         self.overall.start()
@@ -208,7 +277,9 @@ class Stats:
 
     def reset(self) -> None:
         """Forget everything except the requests still in flight (they are still counted as
-        in flight, and they end normally, but they are no longer in the log)."""
+        in flight, and they end normally, but they are no longer in the log). Counted faults
+        start counting again."""
+        self.seen = {}
         self.overall = _Counter(self.overall.in_flight, self.overall.in_flight, 0)
         self.by_model = {
             model: _Counter(c.in_flight, c.in_flight, 0)
@@ -268,6 +339,55 @@ async def _wait_for_disconnect(request: Request) -> None:
             return
 
 
+# The open connections of the server started by `serve()`, by client address, so that the
+# "reset" fault can drop the connection a request came on (ASGI gives the app no socket).
+_TRANSPORTS: dict[tuple[Any, ...], asyncio.BaseTransport] = {}
+
+
+def _tracking_protocol() -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol, remembering each connection's transport in `_TRANSPORTS`."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class TrackingProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)  # type: ignore[arg-type]
+            self._podium_peer = transport.get_extra_info("peername")
+            if self._podium_peer is not None:
+                _TRANSPORTS[tuple(self._podium_peer)] = transport
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if getattr(self, "_podium_peer", None) is not None:
+                _TRANSPORTS.pop(tuple(self._podium_peer), None)
+            super().connection_lost(exc)
+
+    return TrackingProtocol
+
+
+async def _reset_connection(request: Request) -> None:
+    """Drop the request's connection with a TCP reset, without sending a response."""
+    client = request.scope.get("client")
+    transport = _TRANSPORTS.get(tuple(client)) if client else None
+    if transport is None:
+        raise RuntimeError("the 'reset' fault works only in the server started by serve()")
+    sock = transport.get_extra_info("socket")
+    if sock is not None:  # linger 0: close() sends RST instead of FIN
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()  # type: ignore[attr-defined]
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(_wait_for_disconnect(request), 5.0)
+
+
+def _fault_for(config: ServerConfig, stats: Stats, model: str) -> str | None:
+    """The fault this request gets: the model's fault, unless it is counted and used up."""
+    spec = config.faults_by_model.get(model)
+    if spec is None:
+        return None
+    fault, count = parse_fault(spec)
+    if count is None:
+        return fault
+    return fault if stats.arrival(model) < count else None
+
+
 async def _sleep_unless_disconnected(request: Request, seconds: float) -> bool:
     """Sleep `seconds`; return False as soon as the client disconnects, True otherwise."""
     sleeper = asyncio.ensure_future(asyncio.sleep(seconds))
@@ -292,7 +412,7 @@ async def _sleep_unless_disconnected(request: Request, seconds: float) -> bool:
 def build_app(config: ServerConfig, stats: Stats | None = None) -> Starlette:
     """The Starlette app. `stats` may be passed in to inspect it in-process."""
     from starlette.applications import Starlette
-    from starlette.responses import JSONResponse
+    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
     stats = stats if stats is not None else Stats()
@@ -306,7 +426,7 @@ def build_app(config: ServerConfig, stats: Stats | None = None) -> Starlette:
     ) -> JSONResponse:
         return JSONResponse(_error_body(message, type_, code), status_code=status, headers=headers)
 
-    async def chat_completions(request: Request) -> JSONResponse:
+    async def chat_completions(request: Request) -> Response:
         try:
             body = await request.json()
         except (ValueError, UnicodeDecodeError):
@@ -332,8 +452,10 @@ def build_app(config: ServerConfig, stats: Stats | None = None) -> Starlette:
             )
 
         last_user = _last_user_message(messages)
-        fault = config.faults_by_model.get(model)
-        delay = HANG_SECONDS if fault == "hang" else config.latency_for(model)
+        fault = _fault_for(config, stats, model)
+        delay = {"hang": HANG_SECONDS, "slow": SLOW_SECONDS}.get(
+            fault or "", config.latency_for(model)
+        )
         entry = stats.start(model, last_user)
         status = CLIENT_GONE
         try:
@@ -341,8 +463,14 @@ def build_app(config: ServerConfig, stats: Stats | None = None) -> Starlette:
                 return error(CLIENT_GONE, "client disconnected", "client_closed", None)
             if fault in _ERRORS:
                 status, message, type_, code = _ERRORS[fault]
-                headers = {"Retry-After": "1"} if fault == "429" else None
+                headers = None
+                if fault in ("429", "503"):
+                    headers = {"Retry-After": f"{config.retry_after_for(model):g}"}
                 return error(status, message, type_, code, headers)
+            if fault == "reset":
+                status = CONNECTION_RESET
+                await _reset_connection(request)
+                return error(CLIENT_GONE, "connection reset", "connection_reset", None)
             if fault == "empty":
                 text = ""
             elif model in config.reply_by_model:
@@ -354,7 +482,7 @@ def build_app(config: ServerConfig, stats: Stats | None = None) -> Starlette:
             )
             completion_tokens = _count_words(text)
             status = 200
-            return JSONResponse(
+            reply = JSONResponse(
                 {
                     "id": f"chatcmpl-{uuid.uuid4().hex}",
                     "object": "chat.completion",
@@ -374,6 +502,10 @@ def build_app(config: ServerConfig, stats: Stats | None = None) -> Starlette:
                     },
                 }
             )
+            if fault == "truncated":
+                half = bytes(reply.body[: len(reply.body) // 2])
+                return Response(half, status_code=200, media_type="application/json")
+            return reply
         finally:
             stats.end(entry, status)
 
@@ -416,6 +548,7 @@ def serve(port: int, config: ServerConfig) -> None:
         workers=1,
         log_level="warning",
         access_log=False,
+        http=_tracking_protocol(),  # for the "reset" fault
         limit_concurrency=None,  # never let the server cap the concurrency being measured
         backlog=4096,
         timeout_graceful_shutdown=1,  # do not wait for "hang" requests on shutdown
@@ -435,7 +568,8 @@ def main(argv: list[str] | None = None) -> int:
         "--config",
         default="{}",
         help="JSON object with latency_by_model, faults_by_model (model -> "
-        f"{'|'.join(FAULTS)}), reply_by_model and models",
+        f"{'|'.join(FAULTS)}, or <fault>x<N> for the first N requests only), "
+        "retry_after_by_model, reply_by_model and models",
     )
     args = parser.parse_args(argv)
     try:
@@ -481,6 +615,7 @@ class ScriptedServer:
         *,
         latency_by_model: dict[str, float] | None = None,
         faults_by_model: dict[str, str] | None = None,
+        retry_after_by_model: dict[str, float] | None = None,
         reply_by_model: dict[str, str] | None = None,
         models: list[str] | None = None,
         startup_timeout: float = 20.0,
@@ -489,6 +624,7 @@ class ScriptedServer:
             latency=latency,
             latency_by_model=dict(latency_by_model or {}),
             faults_by_model=dict(faults_by_model or {}),
+            retry_after_by_model=dict(retry_after_by_model or {}),
             reply_by_model=dict(reply_by_model or {}),
             models=list(models or []),
         )
@@ -518,7 +654,7 @@ class ScriptedServer:
         return _request_json("GET", f"{self.url}/stats")
 
     def reset(self) -> None:
-        """Clear the statistics."""
+        """Clear the statistics and restart the counted faults."""
         _request_json("POST", f"{self.url}/reset", body={})
 
     # -- lifetime -----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from http.client import HTTPException
 from typing import Any
 
 import pytest
@@ -17,7 +18,23 @@ from podium.testing import ScriptedServer, ServerConfig
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
-FAULTS = {"m500": "500", "m429": "429", "m401": "401", "mempty": "empty", "mhang": "hang"}
+FAULTS = {
+    "m500": "500",
+    "m503": "503",
+    "m429": "429",
+    "m401": "401",
+    "mempty": "empty",
+    "mhang": "hang",
+    "mslow": "slow",
+    "mtrunc": "truncated",
+    "mreset": "reset",
+    "c429": "429x2",
+    "c500": "500x1",
+    "cempty": "emptyx2",
+    "creset": "resetx1",
+    "fast503": "503",
+}
+RETRY_AFTER = {"fast503": 0.2}
 
 
 def _lower(headers: Any) -> dict[str, str]:
@@ -55,6 +72,7 @@ def server() -> Iterator[ScriptedServer]:
         latency=0.05,
         latency_by_model={"slow": 0.5, "instant": 0.0},
         faults_by_model=FAULTS,
+        retry_after_by_model=RETRY_AFTER,
         reply_by_model={"fixed": "a fixed reply"},
     ) as srv:
         yield srv
@@ -152,6 +170,7 @@ def test_per_model_latency(server: ScriptedServer) -> None:
     ("model", "status", "type_", "code"),
     [
         ("m500", 500, "server_error", "internal_error"),
+        ("m503", 503, "server_error", "overloaded"),
         ("m429", 429, "rate_limit_error", "rate_limit_exceeded"),
         ("m401", 401, "invalid_request_error", "invalid_api_key"),
     ],
@@ -164,7 +183,7 @@ def test_error_faults(
     assert body["error"]["type"] == type_
     assert body["error"]["code"] == code
     assert body["error"]["message"]
-    assert (headers.get("retry-after") == "1") == (status == 429)
+    assert (headers.get("retry-after") == "1") == (status in (429, 503))
     assert server.stats()["log"][0]["status"] == status
 
 
@@ -233,8 +252,16 @@ def test_default_models_and_explicit_models() -> None:
 
 
 def test_config_validation() -> None:
-    with pytest.raises(ValueError, match="faults_by_model"):
-        ServerConfig(faults_by_model={"m": "503"})
+    for bad in ("504", "429x", "x2", "429x-1", "bogusx2", "429X2"):
+        with pytest.raises(ValueError, match="faults_by_model"):
+            ServerConfig(faults_by_model={"m": bad})
+    with pytest.raises(ValueError, match="retry_after_by_model"):
+        ServerConfig(retry_after_by_model={"m": -1})
+    config = ServerConfig.from_json(
+        '{"faults_by_model": {"m": "500x3"}, "retry_after_by_model": {"m": 0.5}}'
+    )
+    assert config.retry_after_for("m") == 0.5 and config.retry_after_for("other") == 1.0
+    assert ServerConfig.from_json(config.to_json()) == config
     with pytest.raises(ValueError, match="unknown --config keys"):
         ServerConfig.from_json('{"latency": 1}')
     config = ServerConfig.from_json('{"latency_by_model": {"s": 2}}', latency=0.1)
@@ -257,3 +284,112 @@ def test_openai_client(server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) 
         client.chat.completions.create(model="m401", messages=[{"role": "user", "content": "x"}])
     with pytest.raises(openai.InternalServerError):
         client.chat.completions.create(model="m500", messages=[{"role": "user", "content": "x"}])
+
+
+# --------------------------------------------------------------------------------------------
+# the faults added for retry tests: 503, counted faults, truncated, reset, slow
+
+
+def test_parse_fault() -> None:
+    from podium.testing.scripted_server import parse_fault
+
+    assert parse_fault("429") == ("429", None)
+    assert parse_fault("429x2") == ("429", 2)
+    assert parse_fault("emptyx10") == ("empty", 10)
+    assert parse_fault("truncatedx1") == ("truncated", 1)
+    with pytest.raises(ValueError, match="not a fault"):
+        parse_fault("418")
+
+
+def test_retry_after_override(server: ScriptedServer) -> None:
+    status, headers, _ = chat(server, "fast503")
+    assert status == 503 and headers["retry-after"] == "0.2"
+
+
+def test_counted_fault_fails_the_first_n_requests_per_model(server: ScriptedServer) -> None:
+    assert [chat(server, "c429")[0] for _ in range(4)] == [429, 429, 200, 200]
+    assert [chat(server, "c500")[0] for _ in range(2)] == [500, 200]  # its own count
+    replies = [chat(server, "cempty")[2]["choices"][0]["message"]["content"] for _ in range(3)]
+    assert replies == ["", "", "[cempty] hello"]
+    statuses = [e["status"] for e in server.stats()["log"]]
+    assert statuses == [429, 429, 200, 200, 500, 200, 200, 200, 200]
+    server.reset()  # restarts the counts
+    assert [chat(server, "c429")[0] for _ in range(3)] == [429, 429, 200]
+
+
+def raw_chat(server: ScriptedServer, model: str, timeout: float = 10.0) -> tuple[int, str, bytes]:
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+    request = urllib.request.Request(
+        f"{server.base_url}/chat/completions",
+        data=body.encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with _OPENER.open(request, timeout=timeout) as response:
+        return response.status, response.headers["content-type"], response.read()
+
+
+def test_truncated_fault(server: ScriptedServer) -> None:
+    status, content_type, raw = raw_chat(server, "mtrunc")
+    _, _, full = raw_chat(server, "instant")
+    assert status == 200 and content_type == "application/json"
+    with pytest.raises(ValueError):
+        json.loads(raw)
+    assert raw.startswith(b'{"id":"chatcmpl-') and b"[mtrunc]" not in raw
+    assert abs(len(raw) - len(full) // 2) <= 2  # half of a reply of (almost) the same size
+    assert server.stats()["log"][0]["status"] == 200
+
+
+def test_reset_fault_drops_the_connection(server: ScriptedServer) -> None:
+    for model in ("mreset", "creset"):
+        with pytest.raises((ConnectionError, urllib.error.URLError, HTTPException)):
+            raw_chat(server, model)
+    assert raw_chat(server, "creset")[0] == 200  # "resetx1": only the first request
+    stats = server.stats()
+    assert [(e["model"], e["status"]) for e in stats["log"]] == [
+        ("mreset", 0),
+        ("creset", 0),
+        ("creset", 200),
+    ]
+    assert stats["overall"]["in_flight"] == 0
+
+
+def test_slow_fault_times_out_a_client(server: ScriptedServer) -> None:
+    with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
+        chat(server, "mslow", timeout=0.3)
+    deadline = time.monotonic() + 5
+    while server.stats()["overall"]["in_flight"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.stats()["log"][0]["status"] == 499
+
+
+def test_openai_client_sees_the_new_faults(
+    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    openai = pytest.importorskip("openai")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    client = openai.OpenAI(
+        base_url=server.base_url,
+        api_key="x",
+        max_retries=0,
+        timeout=openai.Timeout(0.5, connect=5.0),
+    )
+
+    def create(model: str) -> Any:
+        return client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "x"}]
+        )
+
+    with pytest.raises(openai.InternalServerError) as info:
+        create("m503")
+    assert info.value.status_code == 503
+    assert info.value.response.headers["retry-after"] == "1"
+    with pytest.raises(openai.APIConnectionError) as reset:
+        create("creset")
+    assert not isinstance(reset.value, openai.APITimeoutError)
+    assert create("creset").choices[0].message.content == "[creset] x"  # x1: only the first
+    with pytest.raises(openai.APITimeoutError):
+        create("mslow")
+    with pytest.raises(json.JSONDecodeError):  # the SDK does not wrap a cut-off JSON body
+        create("mtrunc")

@@ -1,0 +1,461 @@
+"""Does podium keep every worker of a pool busy with many workflows in flight?
+
+Starts the scripted OpenAI-compatible server (`podium.testing.ScriptedServer`, a real HTTP
+server in a subprocess whose every reply takes a fixed latency L) serving three models w0, w1,
+w2, builds one worker client per model with `podium.llm.registry.build_client` (the
+OpenAI-compatible client under `ReliableClient`, no retries, no cache) and a shared `Team` whose
+per-worker concurrency limits are c0, c1, c2. Then it runs N workflows through
+`execute_workflow`, at most F in flight at once, and reports:
+
+* the steady throughput: workflows completed per second between the 10 % and the 90 %
+  completion timestamps;
+* the bound the limits allow: a worker completes at most c_w / L calls per second, so the pool
+  completes at most min over w of (c_w / L) / calls_w workflows per second, where calls_w is
+  that worker's calls per workflow averaged over the mix; achieved / bound against the target
+  (>= 90 %);
+* per worker, measured at the server: the most requests in flight at once (must equal the limit
+  and never exceed it) and how busy the worker was in the steady window (time-averaged requests
+  in flight / limit); and the mean call time the client saw;
+* memory as workflows complete: process RSS (/proc/self/statm) at every 10 % of completions,
+  and the Python heap (tracemalloc) in an optional second, shorter pass (`--tracemalloc`:
+  tracing slows Python down, so it is kept out of the throughput pass);
+* the same workflows scheduled the way the paper's reference code does, as a baseline: chunks
+  of 20 workflows, at most 8 workflows of a chunk at a time (its thread pool), the steps of each
+  workflow awaited one after another, with the same clients and the same per-worker limits.
+
+Conductor calls are not part of this benchmark: the workflows are given.
+
+    python benchmarks/pool_throughput.py [--latency 0.05] [--concurrency 8,4,4]
+        [--workflows 5000] [--in-flight 1000] [--baseline-workflows 400]
+        [--mix balanced|uneven] [--tracemalloc [--tracemalloc-workflows 2000]] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import time
+import tracemalloc
+from array import array
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from podium.config import ModelSpec
+from podium.errors import WorkerError
+from podium.llm.registry import build_client
+from podium.testing import ScriptedServer
+from podium.workflow.execute import ExecOptions, StepRecord, Team, execute_workflow
+from podium.workflow.render import MessageOptions, worker_messages
+from podium.workflow.types import Workflow
+
+WORKERS = ("w0", "w1", "w2")
+OPTIONS = ExecOptions(messages=MessageOptions())
+TARGET = 0.90  # achieved / bound
+REF_CHUNK, REF_THREADS = 20, 8  # the reference code: chunks of 20 questions, 8 threads each
+FLAT_FRACTION, FLAT_MB = 0.10, 5.0  # memory is flat when growth < 10 % of the 20 % sample or < 5 MB
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+FANOUT = Workflow.of([(1, "solve the task one way", ()), (2, "solve the task another way", ()),
+                      (0, "compare both solutions and give the final answer", "all")])
+CHAIN_W0 = Workflow.of([(0, "draft a solution", ()), (0, "check and improve the draft", "all")])
+CHAIN_W01 = Workflow.of([(0, "draft a solution", ()), (1, "check and improve the draft", "all")])
+
+# name -> [(shape, workflow, weight)]; workflow i is the (i mod sum of weights)-th of the
+# expanded list, so every window of workflows has the mix's proportions
+MIXES: dict[str, list[tuple[str, Workflow, int]]] = {
+    # w0 gets twice the calls of w1 and of w2, as it has twice their slots (with the default
+    # limits 8,4,4): all three workers limit the bound equally, so reaching it needs all busy
+    "balanced": [("fanout [1,2,0]", FANOUT, 2), ("chain [0,0]", CHAIN_W0, 1)],
+    # w1 alone limits the bound; w0 and w2 can be at most half busy
+    "uneven": [("fanout [1,2,0]", FANOUT, 1), ("chain [0,1]", CHAIN_W01, 1)],
+}
+
+
+def expand(mix: list[tuple[str, Workflow, int]]) -> list[Workflow]:
+    return [wf for _, wf, weight in mix for _ in range(weight)]
+
+
+def calls_per_workflow(mix: list[tuple[str, Workflow, int]], n_workers: int) -> list[float]:
+    total = sum(weight for _, _, weight in mix)
+    calls = [0.0] * n_workers
+    for _, wf, weight in mix:
+        for step in wf.steps:
+            calls[step.worker] += weight / total
+    return calls
+
+
+def bound(limits: list[int], latency: float, calls: list[float]) -> tuple[float, list[float]]:
+    """Workflows/s the limits allow, and each worker's own capacity in workflows/s."""
+    capacity = [(c / latency) / k if k else float("inf") for c, k in zip(limits, calls,
+                                                                          strict=True)]
+    return min(capacity), capacity
+
+
+def question(i: int) -> str:
+    return f"Benchmark question {i}: what is 6 * 7?"
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE / 2**20
+
+
+class Progress:
+    """Completion timestamps (preallocated, so recording them does not grow memory), ok/failed
+    counts, memory samples at every 10 % of completions, and per-worker call times."""
+
+    def __init__(self, n: int, n_workers: int, sample_memory: bool):
+        self.n = n
+        self.times = array("d", bytes(8 * n))
+        self.done = self.ok = self.failed = 0
+        self.marks = {max(1, round(n * k / 10)): k * 10 for k in range(1, 11)}
+        self.sample_memory = sample_memory
+        self.memory: list[dict[str, Any]] = []
+        self.call_s = [0.0] * n_workers
+        self.calls = [0] * n_workers
+
+    def on_event(self, kind: str, rec: StepRecord) -> None:
+        if kind == "finished" and rec.status == "ok":
+            self.call_s[rec.worker] += rec.latency_s
+            self.calls[rec.worker] += 1
+
+    def finished(self, ok: bool) -> None:
+        self.times[self.done] = time.time()
+        self.done += 1
+        if ok:
+            self.ok += 1
+        else:
+            self.failed += 1
+        if self.sample_memory and self.done in self.marks:
+            sample: dict[str, Any] = {"percent": self.marks[self.done], "completed": self.done,
+                                      "rss_mb": rss_mb()}
+            if tracemalloc.is_tracing():
+                sample["heap_mb"] = tracemalloc.get_traced_memory()[0] / 2**20
+            self.memory.append(sample)
+
+    def steady(self) -> tuple[float, float, float]:
+        """(t10, t90, workflows/s between the 10 % and the 90 % completion timestamps)."""
+        i10, i90 = max(0, round(self.n * 0.1) - 1), max(0, round(self.n * 0.9) - 1)
+        t10, t90 = self.times[i10], self.times[i90]
+        return t10, t90, (i90 - i10) / (t90 - t10) if t90 > t10 else float("nan")
+
+
+async def run_podium(workflows: list[Workflow], team: Team, n: int, in_flight: int,
+                     progress: Progress) -> None:
+    """N workflows through the DAG executor, at most `in_flight` at once; runs are dropped."""
+    slots = asyncio.Semaphore(in_flight)
+    live: set[asyncio.Task] = set()
+
+    async def one(i: int) -> None:
+        ok = False
+        try:
+            run = await execute_workflow(workflows[i % len(workflows)], question(i), team,
+                                         options=OPTIONS, on_event=progress.on_event)
+            ok = all(s.status == "ok" for s in run.steps)
+            del run
+        finally:
+            slots.release()
+            progress.finished(ok)
+
+    for i in range(n):
+        await slots.acquire()
+        task = asyncio.create_task(one(i))
+        live.add(task)
+        task.add_done_callback(live.discard)
+    while live:
+        await asyncio.gather(*list(live))
+
+
+async def run_reference(workflows: list[Workflow], team: Team, n: int,
+                        progress: Progress) -> None:
+    """The reference scheduling: chunks of 20, 8 at a time per chunk, steps one after another
+    (with the same clients and the Team's per-worker limits)."""
+
+    async def one(i: int, threads: asyncio.Semaphore) -> None:
+        async with threads:
+            wf, q = workflows[i % len(workflows)], question(i)
+            responses: list[str | None] = [None] * len(wf)
+            ok = True
+            for j, step in enumerate(wf.steps):
+                messages = worker_messages(q, wf, j, responses, options=OPTIONS.messages)
+                try:
+                    async with team.semaphores[step.worker]:
+                        start = time.perf_counter()
+                        resp = await team.clients[step.worker].chat(messages)
+                    progress.call_s[step.worker] += time.perf_counter() - start
+                    progress.calls[step.worker] += 1
+                    responses[j] = resp.text
+                except WorkerError:
+                    ok = False
+            progress.finished(ok)
+
+    for start in range(0, n, REF_CHUNK):
+        threads = asyncio.Semaphore(REF_THREADS)
+        await asyncio.gather(*(one(i, threads) for i in range(start, min(n, start + REF_CHUNK))))
+
+
+def server_view(stats: dict[str, Any], t10: float, t90: float,
+                limits: list[int]) -> list[dict[str, Any]]:
+    """Per worker: the most requests in flight, and time-averaged in flight / limit over
+    [t10, t90] from the server's request log."""
+    busy = dict.fromkeys(WORKERS, 0.0)
+    for entry in stats["log"]:
+        if entry["model"] in busy and entry["end_time"] is not None:
+            overlap = min(entry["end_time"], t90) - max(entry["start_time"], t10)
+            if overlap > 0:
+                busy[entry["model"]] += overlap
+    window = t90 - t10
+    out = []
+    for w, limit in zip(WORKERS, limits, strict=True):
+        by_model = stats["by_model"].get(w, {"max_in_flight": 0, "requests": 0})
+        out.append({"worker": w, "limit": limit, "max_in_flight": by_model["max_in_flight"],
+                    "requests": by_model["requests"],
+                    "busy": busy[w] / (limit * window) if window > 0 else float("nan")})
+    return out
+
+
+async def timed(server: ScriptedServer, limits: list[int], label: str,
+                body: Callable[[Team], Any], progress: Progress) -> dict[str, Any]:
+    """Run one pass with fresh clients (warmed up: one keep-alive connection per slot) and
+    collect the throughput and the server's view of it."""
+    clients = [
+        build_client(ModelSpec(name=m, backend="openai", model=m, base_url=server.base_url,
+                               max_concurrency=c, retries=0), cache=None)
+        for m, c in zip(WORKERS, limits, strict=True)
+    ]
+    team = Team(clients, max_concurrency=limits)
+    try:
+        warm = [{"role": "user", "content": "warm up"}]
+        await asyncio.gather(*(c.chat(warm) for c, k in zip(clients, limits, strict=True)
+                               for _ in range(k)))
+        server.reset()
+        print(f"  {label}: running {progress.n} workflows", file=sys.stderr, flush=True)
+        t0 = time.time()
+        cpu0 = time.process_time()
+        await body(team)
+        wall, cpu = time.time() - t0, time.process_time() - cpu0
+    finally:
+        for client in clients:
+            await client.aclose()  # type: ignore[attr-defined]
+    t10, t90, rate = progress.steady()
+    stats = await asyncio.to_thread(server.stats)
+    return {
+        "workflows": progress.n, "ok": progress.ok, "failed": progress.failed,
+        "wall_s": wall, "client_cpu_s": cpu, "steady_window_s": t90 - t10,
+        "steady_workflows_per_s": rate, "overall_workflows_per_s": progress.n / wall,
+        "workers": [
+            {**w, "mean_call_ms": 1000 * s / k if k else float("nan")}
+            for w, s, k in zip(server_view(stats, t10, t90, limits), progress.call_s,
+                               progress.calls, strict=True)
+        ],
+    }
+
+
+def memory_verdict(samples: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    by_pct = {s["percent"]: s[key] for s in samples if key in s}
+    if 20 not in by_pct or 100 not in by_pct:
+        return None
+    growth = by_pct[100] - by_pct[20]
+    return {"at_20_mb": by_pct[20], "at_100_mb": by_pct[100], "growth_mb": growth,
+            "growth_percent": 100 * growth / by_pct[20],
+            "flat": growth < FLAT_FRACTION * by_pct[20] or growth < FLAT_MB}
+
+
+async def bench(args: argparse.Namespace, limits: list[int], workflows: list[Workflow]
+                ) -> dict[str, Any]:
+    with ScriptedServer(latency=args.latency, models=list(WORKERS)) as server:
+        progress = Progress(args.workflows, len(WORKERS), sample_memory=True)
+        podium = await timed(server, limits, "podium", lambda team: run_podium(
+            workflows, team, args.workflows, args.in_flight, progress), progress)
+        podium["in_flight"] = args.in_flight
+        podium["memory"] = progress.memory
+        podium["rss"] = memory_verdict(progress.memory, "rss_mb")
+
+        ref = Progress(args.baseline_workflows, len(WORKERS), sample_memory=False)
+        reference = await timed(server, limits, "reference", lambda team: run_reference(
+            workflows, team, args.baseline_workflows, ref), ref)
+        reference["in_flight"] = REF_THREADS
+
+        traced = None
+        if args.tracemalloc:
+            tm = Progress(args.tracemalloc_workflows, len(WORKERS), sample_memory=True)
+            tracemalloc.start()
+            try:
+                traced = await timed(server, limits, "podium + tracemalloc", lambda team:
+                                     run_podium(workflows, team, args.tracemalloc_workflows,
+                                                args.in_flight, tm), tm)
+            finally:
+                tracemalloc.stop()
+            traced["in_flight"] = args.in_flight
+            traced["memory"] = tm.memory
+            traced["rss"] = memory_verdict(tm.memory, "rss_mb")
+            traced["heap"] = memory_verdict(tm.memory, "heap_mb")
+    return {"podium": podium, "reference": reference, "podium_tracemalloc": traced}
+
+
+def render_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(header, widths, strict=True))),
+             "  ".join("-" * w for w in widths)]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+    return "\n".join(lines)
+
+
+def pass_row(name: str, p: dict[str, Any], best: float, judged: bool) -> list[str]:
+    ratio = p["steady_workflows_per_s"] / best
+    verdict = ("PASS" if ratio >= TARGET else "MISS") if judged else "-"
+    return [name, str(p["workflows"]), str(p["in_flight"]), str(p["ok"]), str(p["failed"]),
+            f"{p['wall_s']:.1f}", f"{p['steady_workflows_per_s']:.1f}", f"{best:.1f}",
+            f"{100 * ratio:.1f} %", verdict, f"{100 * p['client_cpu_s'] / p['wall_s']:.0f} %"]
+
+
+def memory_line(name: str, v: dict[str, Any] | None) -> str:
+    if v is None:
+        return f"{name}: too few samples"
+    return (f"{name} growth 20% -> 100%: {v['growth_mb']:+.2f} MB ({v['growth_percent']:+.1f} %"
+            f" of {v['at_20_mb']:.1f} MB) -> {'flat' if v['flat'] else 'GROWING'}")
+
+
+def report(args: argparse.Namespace, limits: list[int], result: dict[str, Any]) -> str:
+    mix = MIXES[args.mix]
+    calls, best, capacity = result["calls_per_workflow"], result["bound"], result["capacity"]
+    podium, reference, traced = result["podium"], result["reference"], result["podium_tracemalloc"]
+    out = [
+        f"pool: {', '.join(f'{w} limit {c}' for w, c in zip(WORKERS, limits, strict=True))}; "
+        f"latency {args.latency * 1000:.0f} ms per call; no Conductor calls",
+        f"mix '{args.mix}': " + ", ".join(f"{weight} x {name}" for name, _, weight in mix)
+        + "; calls per workflow " + ", ".join(f"{w} {k:.2f}" for w, k in zip(WORKERS, calls,
+                                                                              strict=True)),
+        "bound = min_w (c_w / L) / calls_w = min(" + ", ".join(
+            f"{w} {x:.1f}" for w, x in zip(WORKERS, capacity, strict=True))
+        + f") = {best:.1f} workflows/s; target achieved/bound >= {TARGET:.0%}",
+        "",
+        render_table(
+            ["scheduler", "workflows", "in flight", "ok", "failed", "wall s", "steady wf/s",
+             "bound wf/s", "achieved/bound", "target", "client cpu"],
+            [pass_row("podium DAG + pool limits", podium, best, True),
+             pass_row(f"reference ({REF_CHUNK}-chunks x {REF_THREADS})", reference, best,
+                      False)]
+            + ([pass_row("podium + tracemalloc", traced, best, False)] if traced else [])),
+        f"podium / reference throughput: "
+        f"{podium['steady_workflows_per_s'] / reference['steady_workflows_per_s']:.2f}x",
+        "",
+        "per worker, at the server (busy = mean requests in flight / limit, steady window);",
+        "call ms = mean call time seen by the client (latency + HTTP round trip):",
+        render_table(
+            ["worker", "limit", "calls/wf", "cap wf/s", "max in flight", "busy", "call ms",
+             "ref max in flight", "ref busy", "ref call ms"],
+            [[w["worker"], str(w["limit"]), f"{k:.2f}", f"{cap:.1f}",
+              f"{w['max_in_flight']}" + ("" if w["max_in_flight"] == w["limit"] else " (!)"),
+              f"{100 * w['busy']:.1f} %", f"{w['mean_call_ms']:.1f}",
+              str(r["max_in_flight"]), f"{100 * r['busy']:.1f} %", f"{r['mean_call_ms']:.1f}"]
+             for w, r, k, cap in zip(podium["workers"], reference["workers"], calls, capacity,
+                                     strict=True)]),
+        "",
+        f"memory of the podium pass, sampled at every 10 % of completions (flat: growth from "
+        f"the 20 % to the 100 % sample < {FLAT_FRACTION:.0%} of the 20 % value or < "
+        f"{FLAT_MB:g} MB):",
+    ]
+    samples = {s["percent"]: s for s in podium["memory"]}
+    heap = {s["percent"]: s for s in traced["memory"]} if traced else {}
+    header = ["done", "completed", "rss MB"] + (["tracemalloc pass: rss MB", "heap MB"]
+                                                if traced else [])
+    rows = []
+    for pct in range(10, 101, 10):
+        s = samples.get(pct)
+        row = [f"{pct} %", str(s["completed"]) if s else "-", f"{s['rss_mb']:.1f}" if s else "-"]
+        if traced:
+            h = heap.get(pct)
+            row += [f"{h['rss_mb']:.1f}" if h else "-", f"{h['heap_mb']:.2f}" if h else "-"]
+        rows.append(row)
+    out.append(render_table(header, rows))
+    out.append(memory_line("RSS", podium["rss"]))
+    if traced:
+        out.append(memory_line("tracemalloc pass RSS", traced["rss"]))
+        out.append(memory_line("tracemalloc pass Python heap", traced["heap"]))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--latency", type=float, default=0.05,
+                        help="seconds each scripted reply takes (default 0.05)")
+    parser.add_argument("--concurrency", default="8,4,4",
+                        help="per-worker concurrency limits of w0,w1,w2 (default 8,4,4)")
+    parser.add_argument("--workflows", type=int, default=5000,
+                        help="workflows run through podium (default 5000)")
+    parser.add_argument("--in-flight", type=int, default=1000,
+                        help="most podium workflows in flight at once (default 1000)")
+    parser.add_argument("--baseline-workflows", type=int, default=400,
+                        help="workflows run with the reference scheduling (default 400)")
+    parser.add_argument("--mix", choices=sorted(MIXES), default="balanced",
+                        help="workflow mix (default balanced)")
+    parser.add_argument("--tracemalloc", action="store_true",
+                        help="add a pass with tracemalloc on, for the Python heap")
+    parser.add_argument("--tracemalloc-workflows", type=int, default=2000,
+                        help="workflows in the tracemalloc pass (default 2000)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results"
+                        / "pool_throughput.json", help="JSON results file")
+    args = parser.parse_args(argv)
+    try:
+        limits = [int(x) for x in args.concurrency.split(",")]
+    except ValueError:
+        parser.error("--concurrency takes three integers, e.g. 8,4,4")
+    if len(limits) != len(WORKERS) or min(limits) < 1:
+        parser.error("--concurrency takes three integers >= 1, e.g. 8,4,4")
+    if (args.latency <= 0 or min(args.workflows, args.baseline_workflows, args.in_flight,
+                                 args.tracemalloc_workflows) < 10):
+        parser.error("--latency must be > 0, the workflow counts and --in-flight >= 10")
+
+    mix = MIXES[args.mix]
+    calls = calls_per_workflow(mix, len(WORKERS))
+    best, capacity = bound(limits, args.latency, calls)
+    load = os.getloadavg()
+    t0 = time.perf_counter()
+    result = asyncio.run(bench(args, limits, expand(mix)))
+    total = time.perf_counter() - t0
+    result.update({"calls_per_workflow": calls, "bound": best, "capacity": capacity})
+
+    print(report(args, limits, result))
+    print(f"benchmark took {total:.1f} s on {os.cpu_count()} CPUs (load average at the start "
+          f"{load[0]:.2f})")
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "benchmark": "pool_throughput",
+        "latency_s": args.latency,
+        "workers": list(WORKERS),
+        "limits": limits,
+        "mix": args.mix,
+        "mix_workflows": [{"shape": name, "weight": weight, "workflow": wf.to_json()}
+                          for name, wf, weight in mix],
+        "calls_per_workflow": calls,
+        "capacity_workflows_per_s": capacity,
+        "bound_workflows_per_s": best,
+        "target": TARGET,
+        "target_met": result["podium"]["steady_workflows_per_s"] >= TARGET * best,
+        "podium": result["podium"],
+        "reference": {**result["reference"], "chunk": REF_CHUNK, "threads": REF_THREADS},
+        "podium_tracemalloc": result["podium_tracemalloc"],
+        "memory_rule": f"flat when growth from the 20 % to the 100 % sample < "
+                       f"{FLAT_FRACTION:.0%} of the 20 % value or < {FLAT_MB:g} MB",
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_average_at_start": load[0],
+        "total_s": total,
+    }, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

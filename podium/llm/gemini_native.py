@@ -1,0 +1,275 @@
+"""Gemini through Google's own API (google-genai SDK, `generateContent`).
+
+Install with `pip install 'podium[gemini]'`. A pool entry:
+
+    [[workers]]
+    name = "gemini"
+    backend = "gemini"
+    model = "gemini-2.5-flash"
+    api_key_env = "GEMINI_API_KEY"   # required: the key is read from this variable
+    thinking_budget = 512            # optional
+
+The SDK posts to `{base_url}/{api_version}/models/{model}:generateContent` with the key in the
+`x-goog-api-key` header. `base_url` is the host root (default
+`https://generativelanguage.googleapis.com/`); the API version is the SDK's default (`v1` for
+google-genai 3.x) unless GOOGLE_GENAI_API_VERSION says otherwise. The Vertex AI / Enterprise
+mode is never used, whatever the environment says.
+
+How podium's messages and settings map onto the API:
+
+- System messages are joined (blank line between) into `system_instruction`; user messages
+  become role "user" turns and assistant messages role "model" turns.
+- A trailing assistant message (prefill) cannot be continued: some Gemini versions reject a
+  conversation that ends on a model turn. As in the reference implementation, its text is
+  appended (after a blank line) to the last user turn, and the model answers in a new turn
+  (`prefill="as_message"`).
+- `temperature`, `top_p`, `max_tokens` (max_output_tokens), `stop` (stop_sequences) and `seed`
+  are sent when set. Thinking: `thinking = false` sends `thinking_budget = 0`; a
+  `thinking_budget` sends that budget; `thinking = true` without a budget sends -1 (dynamic);
+  thoughts are never included in the reply (`include_thoughts = false`). The thought-token
+  count is `reasoning_tokens` and is counted in `completion_tokens` too (Google bills it as
+  output), so `reasoning_tokens <= completion_tokens` as for the other backends.
+- `extra_body` is deep-merged into the JSON request body by the SDK
+  (`HttpOptions.extra_body`), so its keys use the wire format, e.g.
+  `extra_body = { generationConfig = { topK = 40 } }`.
+- The SDK's retries are off (podium retries); `timeout_s` is the SDK's per-request timeout
+  (`connect_timeout_s` has no separate SDK setting). Provider exceptions become `WorkerError`
+  in `worker_error` below and nowhere else; an authentication error's text is never included
+  and the key is scrubbed from every other message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from typing import Any
+
+from podium.config import ModelSpec
+from podium.errors import ConfigError, WorkerError
+from podium.llm.anthropic_native import retry_after_seconds
+from podium.llm.base import ChatResponse, Message, split_prefill
+
+_HINTS = {
+    "auth": "Google rejected the API key; check the variable named by api_key_env",
+    "rate_limit": "Gemini is rate-limiting (or the quota is used up); lower max_concurrency "
+    "or rpm, or retry later",
+    "transport": "could not reach {url}; check base_url and the network",
+    "context_length": "the prompt is longer than the model's context; shorten it or lower "
+    "max_tokens",
+    "server": "Gemini returned a server error; retry later",
+    "bad_request": "Gemini rejected the request; check model, sampling settings, thinking and "
+    "extra_body",
+    "empty": "Gemini returned no candidates",
+    "other": "unexpected error from the google-genai SDK",
+}
+
+_CONTEXT_PATTERNS = ("exceeds the maximum number of tokens", "context length",
+                     "context window", "too many tokens")
+
+
+def _import_sdk() -> tuple[Any, Any, Any]:
+    try:
+        from google import genai
+        from google.genai import errors, types
+    except ImportError:
+        raise ConfigError(
+            "backend 'gemini' needs the google-genai SDK: pip install 'podium[gemini]'"
+        ) from None
+    return genai, types, errors
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Connection and timeout errors of whichever HTTP stack the SDK used (httpx2, httpx,
+    aiohttp), without importing any of them."""
+    found: list[type[BaseException]] = [TimeoutError, ConnectionError]
+    for module, name in (("httpx2", "TransportError"), ("httpx", "TransportError"),
+                         ("aiohttp", "ClientError")):
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type):
+            found.append(cls)
+    return tuple(found)
+
+
+def _retry_delay(details: Any) -> float | None:
+    """`retryDelay` ("37s", "1.5s") from a google.rpc.RetryInfo entry of an error body."""
+    try:
+        entries = details["error"]["details"]
+    except (KeyError, TypeError):
+        return None
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and str(entry.get("@type", "")).endswith("RetryInfo"):
+            match = re.fullmatch(r"\s*([0-9.]+)s\s*", str(entry.get("retryDelay", "")))
+            if match:
+                return float(match.group(1))
+    return None
+
+
+def _error_kind(errors: Any, exc: BaseException) -> str:
+    if isinstance(exc, json.JSONDecodeError):  # a cut-off reply: asking again may work
+        return "server"
+    if isinstance(exc, errors.APIError):
+        code = exc.code or 0
+        if code in (401, 403):
+            return "auth"
+        if code == 429:
+            return "rate_limit"
+        if code >= 500 or code == 408:
+            return "server"
+        if 400 <= code < 500:
+            text = f"{exc.message or ''} {exc}".lower()
+            too_long = any(p in text for p in _CONTEXT_PATTERNS)
+            return "context_length" if too_long else "bad_request"
+        return "other"
+    if isinstance(exc, _transport_errors()):
+        return "transport"
+    return "other"
+
+
+def worker_error(spec: ModelSpec, exc: BaseException, secret: str | None) -> WorkerError:
+    """Convert a google-genai (or transport) exception. The key is scrubbed from the message."""
+    _, _, errors = _import_sdk()
+    kind = _error_kind(errors, exc)
+    status = getattr(exc, "code", None) if isinstance(exc, errors.APIError) else None
+    retry_after = None
+    if kind in ("rate_limit", "server") and isinstance(exc, errors.APIError):
+        response = getattr(exc, "response", None)
+        retry_after = retry_after_seconds(getattr(response, "headers", None))
+        if retry_after is None:
+            retry_after = _retry_delay(exc.details)
+    detail = _HINTS[kind].format(url=spec.base_url or "https://generativelanguage.googleapis.com")
+    if kind != "auth":  # auth messages may echo part of the key: never include them
+        raw = (exc.message or str(exc)) if isinstance(exc, errors.APIError) else str(exc)
+        if secret:
+            raw = raw.replace(secret, "***")
+        detail = f"{detail} ({type(exc).__name__}{f' {status}' if status else ''}: {raw[:300]})"
+    elif status:
+        detail = f"{detail} (HTTP {status})"
+    return WorkerError(spec.name, kind, detail, status=status,  # type: ignore[arg-type]
+                       retry_after=retry_after)
+
+
+def _contents(messages: list[Message]) -> tuple[list[dict[str, Any]], str | None, bool]:
+    """Gemini `contents`, the system instruction, and whether a prefill was folded in."""
+    system = "\n\n".join(m.get("content", "") for m in messages if m.get("role") == "system")
+    turns = [m for m in messages if m.get("role") != "system"]
+    rest, prefill = split_prefill(turns)
+    contents = [{"role": "model" if m.get("role") == "assistant" else "user",
+                 "parts": [{"text": m.get("content", "")}]} for m in rest]
+    if prefill is not None:
+        if contents and contents[-1]["role"] == "user":
+            last = contents[-1]["parts"][0]
+            last["text"] = f"{last['text']}\n\n{prefill}" if last["text"] else prefill
+        else:
+            contents.append({"role": "user", "parts": [{"text": prefill}]})
+    return contents, system or None, prefill is not None
+
+
+class GeminiClient:
+    """A worker or Conductor served by the Gemini API."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        genai, types, errors = _import_sdk()
+        self.spec = spec
+        self.name = spec.name
+        if not spec.api_key_env:
+            raise ConfigError(
+                f"Model {spec.name!r} uses backend 'gemini' but has no api_key_env. Set "
+                "api_key_env = \"GEMINI_API_KEY\" (or the variable that holds your key) for it "
+                "in the pool file."
+            )
+        self._key = spec.api_key()  # ConfigError naming the variable when it is unset
+        self._types, self._errors = types, errors
+        try:
+            http_options = types.HttpOptions(
+                base_url=spec.base_url or None,
+                timeout=int(spec.timeout_s * 1000),
+                retry_options=types.HttpRetryOptions(attempts=1),  # podium retries
+                extra_body=dict(spec.extra_body) or None,
+            )
+            self._config = types.GenerateContentConfig(**self._config_fields(types))
+            self._client = genai.Client(vertexai=False, api_key=self._key,
+                                        http_options=http_options)
+        except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+            raise ConfigError(f"Model {spec.name!r} (backend 'gemini'): invalid settings: "
+                              f"{exc}. Fix them in the pool file.") from None
+
+    def _config_fields(self, types: Any) -> dict[str, Any]:
+        s = self.spec
+        fields: dict[str, Any] = {}
+        for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p"),
+                             ("max_tokens", "max_output_tokens"), ("seed", "seed")):
+            if getattr(s, ours) is not None:
+                fields[theirs] = getattr(s, ours)
+        if s.stop:
+            fields["stop_sequences"] = list(s.stop)
+        budget: int | None = None
+        if s.thinking is False:
+            budget = 0
+        elif s.thinking_budget is not None:
+            budget = s.thinking_budget
+        elif s.thinking:
+            budget = -1  # dynamic: the model decides
+        if budget is not None:
+            fields["thinking_config"] = types.ThinkingConfig(thinking_budget=budget,
+                                                             include_thoughts=False)
+        return fields
+
+    @property
+    def supports_grammar(self) -> bool:
+        return False
+
+    async def chat(self, messages: list[Message], *, grammar: str | None = None,
+                   sample_id: int = 0) -> ChatResponse:
+        if grammar is not None:
+            raise ConfigError(
+                f"Model {self.name!r} (backend 'gemini') cannot take a grammar. Set "
+                "constrained = false for the Conductor, or use an OpenAI-compatible server "
+                "with grammar_style."
+            )
+        contents, system, prefilled = _contents(messages)
+        config = self._config
+        if system is not None:
+            config = config.model_copy(update={"system_instruction": system})
+        start = time.perf_counter()
+        try:
+            resp = await self._client.aio.models.generate_content(
+                model=self.spec.model, contents=contents, config=config)
+        except (self._errors.APIError, json.JSONDecodeError, *_transport_errors()) as exc:
+            raise worker_error(self.spec, exc, self._key) from None
+        latency = time.perf_counter() - start
+        if not resp.candidates:
+            feedback = getattr(resp, "prompt_feedback", None)
+            reason = getattr(feedback, "block_reason", None)
+            if reason:
+                raise WorkerError(self.name, "bad_request",
+                                  f"Gemini blocked the prompt ({_enum_text(reason)}); "
+                                  "rephrase it or adjust safety settings via extra_body")
+            raise WorkerError(self.name, "empty", _HINTS["empty"])
+        candidate = resp.candidates[0]
+        parts = candidate.content.parts if candidate.content and candidate.content.parts else []
+        text = "".join(p.text for p in parts if p.text and not p.thought)
+        usage = resp.usage_metadata
+        thoughts = usage.thoughts_token_count if usage else None
+        return ChatResponse(
+            text=text,
+            prompt_tokens=(usage.prompt_token_count or 0) if usage else 0,
+            completion_tokens=((usage.candidates_token_count or 0) + (thoughts or 0))
+            if usage else 0,
+            reasoning_tokens=thoughts,
+            finish_reason=_enum_text(candidate.finish_reason),
+            latency_s=latency,
+            model=resp.model_version or self.spec.model,
+            request_id=resp.response_id,
+            prefill="as_message" if prefilled else "none",
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aio.aclose()
+
+
+def _enum_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return str(getattr(value, "value", value))

@@ -1,0 +1,481 @@
+"""Small real HTTP servers that speak Anthropic's and Google's wire formats, for adapter tests.
+
+Each server runs starlette under uvicorn in a background thread, bound to 127.0.0.1 on a free
+port, and checks each request the way the real API would before answering it:
+
+`AnthropicServer`, `POST /v1/messages` (Messages API):
+    the key in `x-api-key`, or `Authorization: Bearer` (what SDK 2.x sends), and an
+    `anthropic-version` header; a body with `model`, `max_tokens`, `messages` (roles user and
+    assistant, non-empty contents except a final assistant prefill, which must not end in
+    whitespace), `system` as a string or a list of text blocks, `stop_sequences`, `thinking`
+    (`budget_tokens` >= 1024 and below `max_tokens`; no assistant prefill with thinking on).
+    Under `anthropic-version` 2026-10-21 or later, `temperature`, `top_p` and `top_k` are
+    rejected, as the API does. Answers a `message` object (a `thinking` block first when
+    thinking is on), with a `request-id` header.
+
+`GeminiServer`, `POST /{version}/models/{model}:generateContent`:
+    the key in `x-goog-api-key` (or `?key=`); a body with `contents` (roles user and model,
+    text parts, ending on a user turn), optional `systemInstruction` and `generationConfig`
+    (only known fields, `thinkingConfig.thinkingBudget`); unknown fields are rejected as the
+    API does ("Invalid JSON payload received. Unknown name ..."). Like the API (proto3 JSON),
+    it takes field names in lowerCamelCase or in the proto's snake_case (google-genai 3.x
+    sends `thinkingConfig` contents as `thinking_budget`, `include_thoughts`); the recorded
+    `body` is normalised to lowerCamelCase and `raw_body` is what was sent. Answers
+    `candidates`, `usageMetadata` (with `thoughtsTokenCount` when thinking) and `responseId`.
+
+Error modes are chosen by the model name's suffix:
+
+    -401   authentication error (its message echoes the key, as a careless server might)
+    -403   permission error
+    -429   rate limit; Anthropic: `retry-after: 7`; Gemini: RetryInfo `retryDelay: "7s"`
+    -429h  Gemini only: rate limit with a `Retry-After: 3` header instead
+    -500   internal server error
+    -529   Anthropic only: `overloaded_error`
+    -long  400, the prompt is longer than the context
+    -echo  400 whose message echoes the key (the adapter must scrub it)
+    -slow  answers after 2 s (for client timeouts)
+    -trunc HTTP 200, `application/json`, but only the first half of the body
+
+Only request bodies, paths, query-parameter names and a few non-secret header values are
+recorded, never the key: `auth` says which header carried it and `key_elsewhere` whether it
+also appeared anywhere else (another header, the URL, the body).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+_DEFAULT_REPLY = "Hello from the fake server."
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+class _Server:
+    """A starlette app served by uvicorn in a daemon thread."""
+
+    def __init__(self, api_key: str, reply: str = _DEFAULT_REPLY) -> None:
+        self.api_key = api_key
+        self.reply = reply
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.port: int = self._sock.getsockname()[1]
+        config = uvicorn.Config(self.app(), log_level="warning", lifespan="off",
+                                timeout_graceful_shutdown=1)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run,
+                                        kwargs={"sockets": [self._sock]}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def app(self) -> Starlette:
+        raise NotImplementedError
+
+    def start(self) -> _Server:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the vendor test server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(5)
+        self._sock.close()
+
+    def __enter__(self) -> _Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def clear(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    def _record(self, request: Request, raw: bytes, auth: str | None,
+                extra: dict[str, Any]) -> dict[str, Any]:
+        key = self.api_key
+        url = str(request.url)
+        if auth == "query":
+            url = url.replace(f"key={key}", "")
+        elsewhere = key in url or key.encode() in raw or any(
+            key in value for name, value in request.headers.items() if name != auth)
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        rec = {"path": request.url.path, "query": sorted(request.query_params.keys()),
+               "body": body, "auth": auth, "key_elsewhere": elsewhere, **extra}
+        with self._lock:
+            self.requests.append(rec)
+        return rec
+
+    @property
+    def last(self) -> dict[str, Any]:
+        with self._lock:
+            return self.requests[-1]
+
+
+def _mode(model: str) -> str:
+    match = re.search(r"-(401|403|429h|429|500|529|long|echo|slow|trunc)$", model)
+    return match.group(1) if match else ""
+
+
+# --------------------------------------------------------------------------- Anthropic
+
+
+def _truncated(response: JSONResponse) -> Response:
+    return Response(response.body[: len(response.body) // 2], media_type="application/json")
+
+
+def _anthropic_error(status: int, kind: str, message: str,
+                     headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"type": "error", "error": {"type": kind, "message": message}},
+                        status_code=status,
+                        headers={"request-id": f"req_{uuid.uuid4().hex[:16]}", **(headers or {})})
+
+
+def _text_of(content: Any) -> str | None:
+    """The text of a string or a list of text blocks; None when the shape is wrong."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        for b in content
+    ):
+        return "".join(b["text"] for b in content)
+    return None
+
+
+class AnthropicServer(_Server):
+    """The Messages API: `POST /v1/messages`."""
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/v1/messages", self._messages, methods=["POST"])])
+
+    def _auth(self, request: Request) -> str | None:
+        if request.headers.get("x-api-key") == self.api_key:
+            return "x-api-key"
+        if request.headers.get("authorization") == f"Bearer {self.api_key}":
+            return "authorization"
+        return None
+
+    async def _messages(self, request: Request) -> Response:
+        raw = await request.body()
+        auth = self._auth(request)
+        version = request.headers.get("anthropic-version")
+        self._record(request, raw, auth, {"anthropic_version": version})
+        if auth is None:
+            return _anthropic_error(401, "authentication_error", "invalid x-api-key")
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return _anthropic_error(400, "invalid_request_error", "body is not JSON")
+        problems = self._check(body, version)
+        if problems:
+            return _anthropic_error(400, "invalid_request_error", "; ".join(problems))
+        mode = _mode(body["model"])
+        if mode == "401":
+            return _anthropic_error(401, "authentication_error",
+                                    f"invalid x-api-key {self.api_key}")
+        if mode == "403":
+            return _anthropic_error(403, "permission_error",
+                                    "Your API key does not have permission to use this model")
+        if mode == "429":
+            return _anthropic_error(429, "rate_limit_error", "Number of requests has exceeded "
+                                    "your rate limit", headers={"retry-after": "7"})
+        if mode == "500":
+            return _anthropic_error(500, "api_error", "Internal server error")
+        if mode == "529":
+            return _anthropic_error(529, "overloaded_error", "Overloaded")
+        if mode == "long":
+            return _anthropic_error(400, "invalid_request_error",
+                                    "prompt is too long: 210000 tokens > 200000 maximum")
+        if mode == "echo":
+            return _anthropic_error(400, "invalid_request_error",
+                                    f"unexpected field near {self.api_key}")
+        if mode == "slow":
+            await asyncio.sleep(2)
+        if mode == "trunc":
+            return _truncated(self._answer(body))
+        return self._answer(body)
+
+    @staticmethod
+    def _check(body: Any, version: str | None) -> list[str]:
+        problems: list[str] = []
+        if not version:
+            problems.append("anthropic-version: header is required")
+        if not isinstance(body, dict):
+            return ["body: must be an object"]
+        if not isinstance(body.get("model"), str) or not body.get("model"):
+            problems.append("model: Field required")
+        max_tokens = body.get("max_tokens")
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            problems.append("max_tokens: Field required")
+            max_tokens = 0
+        if version and version >= "2026-10-21":
+            problems += [f"{k}: Extra inputs are not permitted"
+                         for k in ("temperature", "top_p", "top_k") if k in body]
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            problems.append("messages: at least one message is required")
+            messages = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
+                problems.append(f"messages.{i}.role: must be 'user' or 'assistant'")
+                continue
+            text = _text_of(m.get("content"))
+            final = i == len(messages) - 1
+            if text is None:
+                problems.append(f"messages.{i}.content: must be a string or text blocks")
+            elif not text and not (final and m["role"] == "assistant"):
+                problems.append(f"messages.{i}: all messages must have non-empty content "
+                                "except for the optional final assistant message")
+            elif final and m["role"] == "assistant" and text != text.rstrip():
+                problems.append("messages: final assistant content cannot end with trailing "
+                                "whitespace")
+        if messages and isinstance(messages[0], dict) and messages[0].get("role") != "user":
+            problems.append("messages.0.role: the first message must use the user role")
+        if "system" in body and _text_of(body["system"]) is None:
+            problems.append("system: must be a string or a list of text blocks")
+        stops = body.get("stop_sequences")
+        if stops is not None and not (
+            isinstance(stops, list) and all(isinstance(s, str) and s for s in stops)
+        ):
+            problems.append("stop_sequences: must be a list of non-empty strings")
+        thinking = body.get("thinking")
+        if thinking is not None:
+            kind = thinking.get("type") if isinstance(thinking, dict) else None
+            if kind == "enabled":
+                budget = thinking.get("budget_tokens")
+                if not isinstance(budget, int) or budget < 1024:
+                    problems.append("thinking.enabled.budget_tokens: Input should be greater "
+                                    "than or equal to 1024")
+                elif budget >= max_tokens:
+                    problems.append("`max_tokens` must be greater than "
+                                    "`thinking.budget_tokens`")
+                last = messages[-1] if messages else None
+                if isinstance(last, dict) and last.get("role") == "assistant":
+                    problems.append("This model does not support assistant message prefill "
+                                    "when thinking is enabled")
+            elif kind not in ("adaptive", "disabled"):
+                problems.append("thinking.type: must be 'enabled', 'adaptive' or 'disabled'")
+        return problems
+
+    def _answer(self, body: dict[str, Any]) -> JSONResponse:
+        text, stop_reason, stop_sequence = self.reply, "end_turn", None
+        for seq in body.get("stop_sequences") or []:
+            if seq in text:
+                text, stop_reason, stop_sequence = text[: text.index(seq)], "stop_sequence", seq
+        content: list[dict[str, Any]] = []
+        usage: dict[str, Any] = {}
+        thinking_tokens = 0
+        if isinstance(body.get("thinking"), dict) and body["thinking"].get("type") == "enabled":
+            thought = "Let me think about this carefully first."
+            thinking_tokens = _words(thought) + 5
+            content.append({"type": "thinking", "thinking": thought, "signature": "c2lnbmF0dXJl"})
+            usage["output_tokens_details"] = {"thinking_tokens": thinking_tokens}
+        content.append({"type": "text", "text": text, "citations": None})
+        prompt = _text_of(body.get("system", "")) or ""
+        prompt += " ".join(_text_of(m["content"]) or "" for m in body["messages"])
+        usage.update({"input_tokens": _words(prompt), "output_tokens": _words(text)
+                      + thinking_tokens, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0})
+        message_id = f"msg_{uuid.uuid4().hex[:20]}"
+        return JSONResponse(
+            {"id": message_id, "type": "message", "role": "assistant", "model": body["model"],
+             "content": content, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
+             "usage": usage},
+            headers={"request-id": f"req_{message_id[4:]}"},
+        )
+
+
+# --------------------------------------------------------------------------- Gemini
+
+_GEN_CONFIG_FIELDS = {
+    "temperature", "topP", "topK", "candidateCount", "maxOutputTokens", "stopSequences",
+    "seed", "presencePenalty", "frequencyPenalty", "responseMimeType", "responseSchema",
+    "responseJsonSchema", "responseLogprobs", "logprobs", "thinkingConfig", "mediaResolution",
+}
+_TOP_FIELDS = {"contents", "systemInstruction", "generationConfig", "safetySettings", "tools",
+               "toolConfig", "cachedContent", "model"}
+_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+           404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL"}
+
+
+def _google_error(code: int, message: str, details: list[dict[str, Any]] | None = None,
+                  headers: dict[str, str] | None = None) -> JSONResponse:
+    error: dict[str, Any] = {"code": code, "message": message, "status": _STATUS[code]}
+    if details:
+        error["details"] = details
+    return JSONResponse({"error": error}, status_code=code, headers=headers)
+
+
+def _camel(value: Any) -> Any:
+    """Every object key in lowerCamelCase, as a proto3 JSON parser reads snake_case names."""
+    if isinstance(value, dict):
+        return {re.sub(r"_([a-z0-9])", lambda m: m.group(1).upper(), k): _camel(v)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_camel(v) for v in value]
+    return value
+
+
+def _parts_text(content: Any, where: str, problems: list[str]) -> str:
+    parts = content.get("parts") if isinstance(content, dict) else None
+    if not isinstance(parts, list) or not parts:
+        problems.append(f"{where}.parts: must be a non-empty list")
+        return ""
+    texts = []
+    for j, part in enumerate(parts):
+        if not isinstance(part, dict) or not isinstance(part.get("text"), str):
+            problems.append(f"{where}.parts[{j}]: only text parts are expected")
+        else:
+            texts.append(part["text"])
+    return "".join(texts)
+
+
+class GeminiServer(_Server):
+    """The Gemini API: `POST /{version}/models/{model}:generateContent`."""
+
+    def __init__(self, api_key: str, reply: str = _DEFAULT_REPLY) -> None:
+        super().__init__(api_key, reply)
+        self.thought_parts = False  # add a thought part to replies even without includeThoughts
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/{version}/models/{target:path}", self._generate,
+                                       methods=["POST"])])
+
+    async def _generate(self, request: Request) -> Response:
+        raw = await request.body()
+        version = request.path_params["version"]
+        model, _, method = request.path_params["target"].partition(":")
+        auth: str | None = None
+        if request.headers.get("x-goog-api-key") == self.api_key:
+            auth = "x-goog-api-key"
+        elif request.query_params.get("key") == self.api_key:
+            auth = "query"
+        rec = self._record(request, raw, auth, {"version": version, "model": model,
+                                                "method": method})
+        rec["raw_body"], rec["body"] = rec["body"], _camel(rec["body"])
+        if method != "generateContent":
+            return _google_error(404, f"method {method!r} is not served here")
+        if auth is None:
+            return _google_error(401, "Request is missing a valid API key.")
+        try:
+            body = _camel(json.loads(raw))
+        except ValueError:
+            return _google_error(400, "Invalid JSON payload received.")
+        problems, prompt = self._check(body)
+        if problems:
+            return _google_error(400, "; ".join(problems))
+        mode = _mode(model)
+        if mode == "401":
+            return _google_error(401, f"API key {self.api_key} is not valid.")
+        if mode == "403":
+            return _google_error(403, "Permission denied: the API key cannot use this model.")
+        if mode == "429":
+            return _google_error(429, "Resource has been exhausted (e.g. check quota).", [
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}])
+        if mode == "429h":
+            return _google_error(429, "Resource has been exhausted (e.g. check quota).",
+                                 headers={"retry-after": "3"})
+        if mode == "500":
+            return _google_error(500, "An internal error has occurred.")
+        if mode == "long":
+            return _google_error(400, "The input token count (1200000) exceeds the maximum "
+                                 "number of tokens allowed (1048576).")
+        if mode == "echo":
+            return _google_error(400, f"Invalid value near {self.api_key}")
+        if mode == "slow":
+            await asyncio.sleep(2)
+        if mode == "trunc":
+            return _truncated(self._answer(body, model, prompt))
+        return self._answer(body, model, prompt)
+
+    @staticmethod
+    def _check(body: Any) -> tuple[list[str], str]:
+        if not isinstance(body, dict):
+            return ["Invalid JSON payload received: not an object"], ""
+        problems = [f'Invalid JSON payload received. Unknown name "{k}": Cannot find field.'
+                    for k in body if k not in _TOP_FIELDS]
+        prompt = ""
+        contents = body.get("contents")
+        if not isinstance(contents, list) or not contents:
+            problems.append("contents is not specified")
+            contents = []
+        for i, content in enumerate(contents):
+            role = content.get("role") if isinstance(content, dict) else None
+            if role not in ("user", "model"):
+                problems.append(f"contents[{i}].role: must be 'user' or 'model'")
+            prompt += _parts_text(content, f"contents[{i}]", problems) + " "
+        if contents and isinstance(contents[-1], dict) and contents[-1].get("role") == "model":
+            problems.append("Please ensure that the conversation ends with a user turn.")
+        if "systemInstruction" in body:
+            prompt += _parts_text(body["systemInstruction"], "systemInstruction", problems)
+        config = body.get("generationConfig", {})
+        if not isinstance(config, dict):
+            problems.append("generationConfig: must be an object")
+            config = {}
+        problems += [f'Invalid JSON payload received. Unknown name "{k}" at '
+                     f"'generation_config': Cannot find field." for k in config
+                     if k not in _GEN_CONFIG_FIELDS]
+        if "maxOutputTokens" in config and not isinstance(config["maxOutputTokens"], int):
+            problems.append("generationConfig.maxOutputTokens: must be an integer")
+        thinking = config.get("thinkingConfig")
+        if thinking is not None and not (
+            isinstance(thinking, dict)
+            and set(thinking) <= {"thinkingBudget", "includeThoughts", "thinkingLevel"}
+            and isinstance(thinking.get("thinkingBudget", 0), int)
+        ):
+            problems.append("generationConfig.thinkingConfig: unexpected shape")
+        return problems, prompt
+
+    def _answer(self, body: dict[str, Any], model: str, prompt: str) -> JSONResponse:
+        config = body.get("generationConfig", {})
+        text, finish = self.reply, "STOP"
+        for seq in config.get("stopSequences") or []:
+            if seq in text:
+                text = text[: text.index(seq)]
+        limit = config.get("maxOutputTokens")
+        if isinstance(limit, int) and _words(text) > limit:
+            text, finish = " ".join(text.split()[:limit]), "MAX_TOKENS"
+        thinking = config.get("thinkingConfig") or {}
+        budget = thinking.get("thinkingBudget", -1 if thinking else 0)
+        thoughts_tokens = 0 if budget == 0 else 12
+        parts: list[dict[str, Any]] = []
+        if thoughts_tokens and (thinking.get("includeThoughts") or self.thought_parts):
+            parts.append({"text": "**Thinking** about the question first.", "thought": True})
+        parts.append({"text": text})
+        usage = {"promptTokenCount": _words(prompt), "candidatesTokenCount": _words(text),
+                 "totalTokenCount": _words(prompt) + _words(text) + thoughts_tokens}
+        if thoughts_tokens:
+            usage["thoughtsTokenCount"] = thoughts_tokens
+        return JSONResponse({
+            "candidates": [{"content": {"role": "model", "parts": parts},
+                            "finishReason": finish, "index": 0}],
+            "usageMetadata": usage,
+            "modelVersion": model,
+            "responseId": f"resp-{uuid.uuid4().hex[:16]}",
+        })
