@@ -40,13 +40,17 @@ Endpoints:
       "overall":  {"in_flight": int, "max_in_flight": int, "requests": int},
       "by_model": {MODEL: {"in_flight": int, "max_in_flight": int, "requests": int}, ...},
       "log": [{"model": str, "start_time": float, "end_time": float | null,
-               "last_user_message": str, "status": int | null}, ...]
+               "last_user_message": str, "status": int | null,
+               "params": {every body field but messages},
+               "auth_fingerprint": str | null}, ...]
     }
 
 Times are `time.time()` seconds; `end_time` and `status` are null while a request is still in
 flight; `status` is 499 when the client went away before the reply and 0 when the server
 dropped the connection (the "reset" fault). Request headers are never
-stored (an Authorization header may carry a secret): only the body fields above are kept.
+stored (an Authorization header may carry a secret): only the body fields above are kept, and
+`auth_fingerprint`, the first 16 hex digits of the header's SHA-256, so tests can tell which
+key reached which server.
 
 From tests and benchmarks, run it in a separate process with `ScriptedServer`:
 
@@ -66,6 +70,7 @@ or in the foreground:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import asyncio
 import contextlib
 import json
@@ -254,7 +259,8 @@ class Stats:
         self.seen[model] = before + 1
         return before
 
-    def start(self, model: str, last_user_message: str) -> dict[str, Any]:
+    def start(self, model: str, last_user_message: str, params: dict[str, Any] | None = None,
+              auth_fingerprint: str | None = None) -> dict[str, Any]:
         self.overall.start()
         self.by_model.setdefault(model, _Counter()).start()
         entry: dict[str, Any] = {
@@ -263,6 +269,8 @@ class Stats:
             "end_time": None,
             "last_user_message": last_user_message,
             "status": None,
+            "params": params or {},
+            "auth_fingerprint": auth_fingerprint,
         }
         self.log.append(entry)
         return entry
@@ -313,6 +321,15 @@ def _text_of(content: Any) -> str:
                 parts.append(part)
         return "".join(parts)
     return ""
+
+
+def fingerprint(headers: Any) -> str | None:
+    """A short one-way hash of the Authorization header (None when absent): lets a test check
+    which key reached which endpoint without the server ever storing a key."""
+    value = headers.get("authorization")
+    if not value:
+        return None
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
 
 
 def _last_user_message(messages: list[Any]) -> str:
@@ -456,7 +473,8 @@ def build_app(config: ServerConfig, stats: Stats | None = None) -> Starlette:
         delay = {"hang": HANG_SECONDS, "slow": SLOW_SECONDS}.get(
             fault or "", config.latency_for(model)
         )
-        entry = stats.start(model, last_user)
+        params = {k: v for k, v in body.items() if k != "messages"}
+        entry = stats.start(model, last_user, params, fingerprint(request.headers))
         status = CLIENT_GONE
         try:
             if not await _sleep_unless_disconnected(request, delay):
