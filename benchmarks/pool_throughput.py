@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -234,11 +235,20 @@ async def timed(server: ScriptedServer, limits: list[int], label: str,
         await asyncio.gather(*(c.chat(warm) for c, k in zip(clients, limits, strict=True)
                                for _ in range(k)))
         server.reset()
+        heap = {}
+        if tracemalloc.is_tracing():
+            gc.collect()
+            heap["before_mb"] = tracemalloc.get_traced_memory()[0] / 2**20
         print(f"  {label}: running {progress.n} workflows", file=sys.stderr, flush=True)
         t0 = time.time()
         cpu0 = time.process_time()
         await body(team)
         wall, cpu = time.time() - t0, time.process_time() - cpu0
+        if heap:
+            gc.collect()
+            heap["after_mb"] = tracemalloc.get_traced_memory()[0] / 2**20
+            heap["retained_bytes_per_workflow"] = (
+                (heap["after_mb"] - heap["before_mb"]) * 2**20 / progress.n)
     finally:
         for client in clients:
             await client.aclose()  # type: ignore[attr-defined]
@@ -246,7 +256,7 @@ async def timed(server: ScriptedServer, limits: list[int], label: str,
     stats = await asyncio.to_thread(server.stats)
     return {
         "workflows": progress.n, "ok": progress.ok, "failed": progress.failed,
-        "wall_s": wall, "client_cpu_s": cpu, "steady_window_s": t90 - t10,
+        "wall_s": wall, "client_cpu_s": cpu, "heap_retained": heap or None, "steady_window_s": t90 - t10,
         "steady_workflows_per_s": rate, "overall_workflows_per_s": progress.n / wall,
         "workers": [
             {**w, "mean_call_ms": 1000 * s / k if k else float("nan")}
@@ -381,6 +391,10 @@ def report(args: argparse.Namespace, limits: list[int], result: dict[str, Any]) 
     if traced:
         out.append(memory_line("tracemalloc pass RSS", traced["rss"]))
         out.append(memory_line("tracemalloc pass Python heap", traced["heap"]))
+        r = traced["heap_retained"]
+        out.append(f"tracemalloc pass Python heap before the pass {r['before_mb']:.2f} MB, after "
+                   f"it (all done, gc.collect()) {r['after_mb']:.2f} MB: "
+                   f"{r['retained_bytes_per_workflow']:+.0f} bytes retained per workflow")
     return "\n".join(out)
 
 

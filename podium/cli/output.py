@@ -142,7 +142,7 @@ def error(console: Console, exc: BaseException, *, unexpected: bool = False) -> 
         head = f"Unexpected error ({type(exc).__name__}); rerun with --debug for the traceback"
     else:
         head = "Error"
-    console.print(f"[bold red]{head}:[/] {escape(str(exc))}")
+    console.print(f"[bold red]{head}:[/] {escape(str(exc))}", soft_wrap=True)
 
 
 def no_answer(console: Console, result) -> None:
@@ -155,4 +155,4 @@ def no_answer(console: Console, result) -> None:
                 reasons.append(rec.error)
     why = reasons[0] if reasons else "the workflow produced no answer"
     console.print(f"[bold red]No answer:[/] {escape(why)}. Check that every endpoint in the "
-                  "pool file is reachable (podium ask --debug shows more).")
+                  "pool file is reachable (podium ask --debug shows more).", soft_wrap=True)

@@ -30,6 +30,9 @@ How podium's messages and settings map onto the API:
   version. A warning is logged when a pool entry sets them. A gateway that still takes them
   can be given them through `extra_body`. `seed`, `grammar_style` and `reasoning_effort` have
   no Anthropic counterpart and are ignored.
+- `base_url` unset means the SDK's default, https://api.anthropic.com, or ANTHROPIC_BASE_URL
+  when that is set. The key goes in an `Authorization: Bearer` header (SDK 2.x; older SDKs
+  used `x-api-key`), with `anthropic-version` set by the SDK.
 - The SDK's own retries are off (`max_retries=0`): podium retries. Provider exceptions become
   `WorkerError` in `worker_error` below and nowhere else; an authentication error's text is
   never included (it may echo the key) and the key is scrubbed from every other message.
@@ -37,7 +40,6 @@ How podium's messages and settings map onto the API:
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
 import time
@@ -45,7 +47,7 @@ from typing import Any
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
-from podium.llm.base import ChatResponse, Message, PrefillMode, split_prefill
+from podium.llm.base import ChatResponse, Message, PrefillMode, retry_after, split_prefill
 
 log = logging.getLogger(__name__)
 
@@ -75,27 +77,6 @@ def _import_sdk() -> Any:
     return anthropic
 
 
-def retry_after_seconds(headers: Any) -> float | None:
-    """Seconds from `retry-after-ms` or `retry-after` (delta-seconds or an HTTP date)."""
-    if headers is None:
-        return None
-    try:
-        return max(0.0, float(headers.get("retry-after-ms")) / 1000)
-    except (TypeError, ValueError):
-        pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    parsed = email.utils.parsedate_tz(value)
-    if parsed is None:
-        return None
-    return max(0.0, email.utils.mktime_tz(parsed) - time.time())
-
-
 def _error_kind(anthropic: Any, exc: Exception) -> str:
     # A reply that is not valid JSON (e.g. cut off) or not a Message: asking again may work.
     if isinstance(exc, json.JSONDecodeError | anthropic.APIResponseValidationError):
@@ -122,10 +103,11 @@ def worker_error(spec: ModelSpec, exc: Exception, secret: str | None) -> WorkerE
     anthropic = _import_sdk()
     kind = _error_kind(anthropic, exc)
     status = getattr(exc, "status_code", None)
+    status = status if isinstance(status, int) and status >= 400 else None
     response = getattr(exc, "response", None)
-    retry_after = None
+    wait = None
     if response is not None and kind in ("rate_limit", "server"):
-        retry_after = retry_after_seconds(response.headers)
+        wait = retry_after(response.headers)
     detail = _HINTS[kind].format(url=spec.base_url or "https://api.anthropic.com")
     if kind != "auth":  # auth messages may echo part of the key: never include them
         raw = str(exc)
@@ -135,7 +117,7 @@ def worker_error(spec: ModelSpec, exc: Exception, secret: str | None) -> WorkerE
     elif status:
         detail = f"{detail} (HTTP {status})"
     return WorkerError(spec.name, kind, detail, status=status,  # type: ignore[arg-type]
-                       retry_after=retry_after)
+                       retry_after=wait)
 
 
 class AnthropicClient:
@@ -192,11 +174,11 @@ class AnthropicClient:
         rest, prefill = split_prefill(turns)
         mode: PrefillMode = "none"
         dropped = False
-        if prefill is not None:
-            prefill = prefill.rstrip()
+        prefill = (prefill or "").rstrip()  # an empty prefill is no prefill
+        if prefill:
             if self._thinking:  # the API rejects a prefill with extended thinking
                 dropped = True
-            elif prefill:
+            else:
                 rest = [*rest, {"role": "assistant", "content": prefill}]
                 mode = "continued"
         body: dict[str, Any] = {"model": s.model, "max_tokens": self._max_tokens,

@@ -7,7 +7,10 @@ this module and are built from pool-file entries by `podium.llm.registry`.
 
 from __future__ import annotations
 
+import email.utils
+import math
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
@@ -61,3 +64,29 @@ def split_prefill(messages: list[Message]) -> tuple[list[Message], str | None]:
     if messages and messages[-1].get("role") == "assistant":
         return messages[:-1], messages[-1].get("content", "")
     return messages, None
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds a response's `retry-after-ms` or `retry-after` header (seconds or an HTTP date)
+    asks to wait; None when there is no usable header."""
+    if headers is None:
+        return None
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / scale
+        except (TypeError, ValueError):
+            if name == "retry-after-ms":
+                continue
+            try:
+                when = email.utils.parsedate_to_datetime(str(value))
+            except (TypeError, ValueError, IndexError):
+                continue
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=UTC)
+            seconds = (when - datetime.now(UTC)).total_seconds()
+        if math.isfinite(seconds):
+            return max(seconds, 0.0)
+    return None

@@ -10,7 +10,7 @@ Install with `pip install 'podium[gemini]'`. A pool entry:
     thinking_budget = 512            # optional
 
 The SDK posts to `{base_url}/{api_version}/models/{model}:generateContent` with the key in the
-`x-goog-api-key` header. `base_url` is the host root (default
+`x-goog-api-key` header. `base_url` is the host root (unset: GOOGLE_GEMINI_BASE_URL, else
 `https://generativelanguage.googleapis.com/`); the API version is the SDK's default (`v1` for
 google-genai 3.x) unless GOOGLE_GENAI_API_VERSION says otherwise. The Vertex AI / Enterprise
 mode is never used, whatever the environment says.
@@ -48,8 +48,7 @@ from typing import Any
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
-from podium.llm.anthropic_native import retry_after_seconds
-from podium.llm.base import ChatResponse, Message, split_prefill
+from podium.llm.base import ChatResponse, Message, retry_after, split_prefill
 
 _HINTS = {
     "auth": "Google rejected the API key; check the variable named by api_key_env",
@@ -132,12 +131,12 @@ def worker_error(spec: ModelSpec, exc: BaseException, secret: str | None) -> Wor
     _, _, errors = _import_sdk()
     kind = _error_kind(errors, exc)
     status = getattr(exc, "code", None) if isinstance(exc, errors.APIError) else None
-    retry_after = None
+    wait = None
     if kind in ("rate_limit", "server") and isinstance(exc, errors.APIError):
         response = getattr(exc, "response", None)
-        retry_after = retry_after_seconds(getattr(response, "headers", None))
-        if retry_after is None:
-            retry_after = _retry_delay(exc.details)
+        wait = retry_after(getattr(response, "headers", None))
+        if wait is None:
+            wait = _retry_delay(exc.details)
     detail = _HINTS[kind].format(url=spec.base_url or "https://generativelanguage.googleapis.com")
     if kind != "auth":  # auth messages may echo part of the key: never include them
         raw = (exc.message or str(exc)) if isinstance(exc, errors.APIError) else str(exc)
@@ -147,7 +146,7 @@ def worker_error(spec: ModelSpec, exc: BaseException, secret: str | None) -> Wor
     elif status:
         detail = f"{detail} (HTTP {status})"
     return WorkerError(spec.name, kind, detail, status=status,  # type: ignore[arg-type]
-                       retry_after=retry_after)
+                       retry_after=wait)
 
 
 def _contents(messages: list[Message]) -> tuple[list[dict[str, Any]], str | None, bool]:
@@ -157,13 +156,13 @@ def _contents(messages: list[Message]) -> tuple[list[dict[str, Any]], str | None
     rest, prefill = split_prefill(turns)
     contents = [{"role": "model" if m.get("role") == "assistant" else "user",
                  "parts": [{"text": m.get("content", "")}]} for m in rest]
-    if prefill is not None:
+    if prefill:  # an empty prefill is no prefill
         if contents and contents[-1]["role"] == "user":
             last = contents[-1]["parts"][0]
             last["text"] = f"{last['text']}\n\n{prefill}" if last["text"] else prefill
         else:
             contents.append({"role": "user", "parts": [{"text": prefill}]})
-    return contents, system or None, prefill is not None
+    return contents, system or None, bool(prefill)
 
 
 class GeminiClient:

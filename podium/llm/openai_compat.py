@@ -9,18 +9,15 @@ are off: `podium.llm.reliable.ReliableClient` retries, and records every attempt
 
 from __future__ import annotations
 
-import email.utils
 import json
-import math
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import openai
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
-from podium.llm.base import ChatResponse, Message, PrefillMode
+from podium.llm.base import ChatResponse, Message, PrefillMode, retry_after
 
 
 def _error_kind(exc: Exception) -> str:
@@ -54,32 +51,6 @@ _HINTS = {
     "bad_request": "the endpoint rejected the request; check model and sampling settings",
     "other": "unexpected error",
 }
-
-
-def retry_after(headers: Any) -> float | None:
-    """Seconds a response's `retry-after-ms` or `retry-after` header (seconds or an HTTP date)
-    asks to wait; None when there is no usable header."""
-    if headers is None:
-        return None
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) / scale
-        except (TypeError, ValueError):
-            if name == "retry-after-ms":
-                continue
-            try:
-                when = email.utils.parsedate_to_datetime(str(value))
-            except (TypeError, ValueError, IndexError):
-                continue
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=UTC)
-            seconds = (when - datetime.now(UTC)).total_seconds()
-        if math.isfinite(seconds):
-            return max(seconds, 0.0)
-    return None
 
 
 def worker_error(spec: ModelSpec, exc: Exception, secret: str | None) -> WorkerError:

@@ -70,9 +70,9 @@ or in the foreground:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import re

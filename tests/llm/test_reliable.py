@@ -19,8 +19,8 @@ import pytest
 
 from podium.config import ModelSpec
 from podium.errors import WorkerError
-from podium.llm.base import ChatResponse, Message
-from podium.llm.openai_compat import OpenAICompatClient, retry_after
+from podium.llm.base import ChatResponse, Message, retry_after
+from podium.llm.openai_compat import OpenAICompatClient
 from podium.llm.reliable import RateLimiter, ReliableClient, estimate_tokens
 from podium.testing import ScriptedServer
 from podium.workflow.execute import ExecOptions, Team, WorkflowRun, execute_workflow

@@ -155,12 +155,13 @@ def test_anthropic_request_shape_and_response(claude: AnthropicServer) -> None:
 
 def test_anthropic_without_prefill_or_system(claude: AnthropicServer) -> None:
     resp = _chat(AnthropicClient(_spec("anthropic", claude.url, max_tokens=300)),
-                 [{"role": "user", "content": "Hi"}])
+                 [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": " "}])
     body = claude.last["body"]
     assert "system" not in body and "stop_sequences" not in body
     assert body["max_tokens"] == 300
-    assert body["messages"] == [{"role": "user", "content": "Hi"}]
+    assert body["messages"] == [{"role": "user", "content": "Hi"}]  # a blank prefill is none
     assert resp.text == REPLY and resp.prefill == "none" and resp.finish_reason == "end_turn"
+    assert "prefill_dropped" not in resp.extra
 
 
 def test_anthropic_thinking_drops_the_prefill(claude: AnthropicServer) -> None:
