@@ -1,0 +1,1 @@
+"""Benchmarks: one module per task (load items, format the question, grade the answer)."""
