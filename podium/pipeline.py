@@ -88,7 +88,8 @@ class RunResult:
         u = Usage()
         for rnd in self.rounds:
             c = rnd.conductor
-            u.add(c.prompt_tokens, c.completion_tokens, c.cost, c.cache_hit)
+            if c.messages:  # a fixed workflow (a baseline) makes no Conductor call
+                u.add(c.prompt_tokens, c.completion_tokens, c.cost, c.cache_hit)
             for step in rnd.run.steps if rnd.run else []:
                 if step.status in ("ok", "error"):
                     u.add(step.prompt_tokens, step.completion_tokens, step.cost, step.cache_hit)
@@ -198,6 +199,18 @@ class Pipeline:
             previous_round=previous.prior_steps() if previous else (),
             round_index=round_index, sample_id=sample_id, budget=budget, on_event=on_event,
         )
+
+    async def run_workflow(self, question: str, workflow: Workflow, *, sample_id: int = 0,
+                           label: str = "fixed", on_event: Event | None = None) -> RunResult:
+        """Run a given workflow (a baseline's) with this pool's executor, limits and budget;
+        no Conductor call is made. The result has the same shape as `ask`'s."""
+        t0 = time.perf_counter()
+        s = self.settings
+        budget = Budget(s.max_calls, s.max_tokens, s.max_cost)
+        turn = ConductorTurn(0, [], workflow=workflow, extra={"system": label})
+        run = await self._execute(workflow, question, 0, None, budget, sample_id, on_event)
+        return RunResult(question, run.answer, [Round(turn, run, run.answer)],
+                         time.perf_counter() - t0, run.stopped)
 
     async def ask(self, question: str, *, sample_id: int = 0,
                   workers: Sequence[int] | None = None,

@@ -48,6 +48,57 @@ def ask(
     raise typer.Exit(code)
 
 
+@app.command("eval")
+def eval_cmd(
+    task: str = typer.Option(..., "--task", "-t", help="gsm8k, math500, mmlu, aime24, aime25, "
+                             "humaneval, bigcodebench, bigcodebench-instruct, livecodebench, "
+                             "gpqa, rlpr, or jsonl:PATH."),
+    system: str = typer.Option("conductor", "--system", "-s", help="conductor, single:W, "
+                               "moa, self-moa:W[:k], vote:W[:k], reflect:W[:k], "
+                               "pipeline[:P,E,V], random."),
+    n: int = typer.Option(None, "--n", min=1, help="Items to run (seeded sample); default all."),
+    repeats: int = typer.Option(1, "--repeats", "-R", min=1, help="Runs of every item."),
+    concurrency: int = typer.Option(4, "--concurrency", "-c", min=1,
+                                    help="Items in flight at once."),
+    out: str = typer.Option(None, "--out", "-o", help="Results folder (default "
+                            "runs/eval/TASK-SYSTEM); rerun with the same folder to resume."),
+    pool: str = typer.Option(None, "--pool", "-p", help="Pool file (default: embedded)."),
+    split: str = typer.Option("test", "--split", help="Which split of the task."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the item sample."),
+    data_dir: str = typer.Option(None, "--data-dir", help="Benchmark data folder (default "
+                                 "$PODIUM_DATA_DIR or ../shared/data)."),
+    path: str = typer.Option(None, "--path", help="The task's data file, where it takes one "
+                             "(livecodebench, gpqa, rlpr)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Don't use the response cache."),
+    retry_errors: bool = typer.Option(False, "--retry-errors", help="Rerun items recorded "
+                                      "as errors."),
+    traces: bool = typer.Option(False, "--traces", help="Also save every item's full trace."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Evaluate a system on a task: resumable results, accuracy ± s.e., cost, workflow stats."""
+    from podium.cli.eval import run_eval
+
+    options = {k: v for k, v in {"data_dir": data_dir, "path": path}.items() if v}
+    out = out or f"runs/eval/{task.replace(':', '_').replace('/', '_')}-{system.replace(':', '_')}"
+    code = _guard(lambda: run_eval(task=task, system=system, n=n, repeats=repeats,
+                                   concurrency=concurrency, out=out, pool=pool, split=split,
+                                   seed=seed, task_options=options, no_cache=no_cache,
+                                   retry_errors=retry_errors, traces=traces), debug)
+    raise typer.Exit(code)
+
+
+@app.command("report")
+def report_cmd(
+    folders: list[str] = typer.Argument(..., help="Folders written by podium eval."),
+    out: str = typer.Option("runs/report", "--out", "-o", help="Where report.md and PNGs go."),
+    debug: bool = typer.Option(False, "--debug"),
+) -> None:
+    """Put evaluated systems side by side: a Markdown table and PNG plots."""
+    from podium.cli.eval import run_report
+
+    raise typer.Exit(_guard(lambda: run_report(folders, out), debug))
+
+
 pool_app = typer.Typer(help="Look at and check a pool file.", no_args_is_help=True)
 app.add_typer(pool_app, name="pool")
 

@@ -49,10 +49,12 @@ class ChatClient(Protocol):
     name: str
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int = 0) -> ChatResponse:
+                   sample_id: int | str = 0) -> ChatResponse:
         """Generate one reply. `grammar` is a GBNF grammar the reply must follow; backends
         that cannot constrain decoding raise `ConfigError` when one is given. `sample_id`
-        tells repeated samples of the same request apart (the response cache keys on it)."""
+        tells repeated samples of the same request apart (the response cache keys on it);
+        the executor passes "<sample>:<step>" so that identical steps of one workflow (k
+        samples of one worker) stay distinct."""
         ...
 
     @property

@@ -43,7 +43,7 @@ _LOCK_TRIES = 8
 
 
 def cache_key(spec: ModelSpec, messages: list[Message] | list[dict], *, grammar: str | None,
-              sample_id: int) -> str:
+              sample_id: int | str) -> str:
     """sha256 hex of the canonical JSON of everything that shapes the answer (see above)."""
     material: dict[str, Any] = {"v": FORMAT_VERSION, "backend": spec.backend, "model": spec.model,
                                 "messages": messages, "grammar": grammar, "sample_id": sample_id}
@@ -176,7 +176,7 @@ class CachedClient:
             await close()
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int = 0) -> ChatResponse:
+                   sample_id: int | str = 0) -> ChatResponse:
         key = cache_key(self.spec, messages, grammar=grammar, sample_id=sample_id)
         slot = (asyncio.get_running_loop(), key)
         pending = self._inflight.get(slot)
@@ -200,7 +200,7 @@ class CachedClient:
                 fut.set_result(shared)
 
     async def _call(self, key: str, messages: list[Message], grammar: str | None,
-                    sample_id: int) -> tuple[ChatResponse, ChatResponse | None]:
+                    sample_id: int | str) -> tuple[ChatResponse, ChatResponse | None]:
         """Ask the model; store a non-empty reply. Returns it and its hit copy (if stored)."""
         resp = await self.inner.chat(messages, grammar=grammar, sample_id=sample_id)
         if not resp.text or resp.cache_hit:

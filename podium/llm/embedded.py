@@ -148,7 +148,7 @@ class EmbeddedClient:
         )
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int = 0) -> ChatResponse:
+                   sample_id: int | str = 0) -> ChatResponse:
         return await asyncio.to_thread(self._generate, messages, grammar)
 
     async def aclose(self) -> None:

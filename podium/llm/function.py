@@ -50,7 +50,7 @@ class FunctionClient:
         return False
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int = 0) -> ChatResponse:
+                   sample_id: int | str = 0) -> ChatResponse:
         if grammar is not None:
             raise ConfigError(f"Worker {self.name!r} is a function and cannot take a grammar.")
         start = time.perf_counter()

@@ -220,7 +220,7 @@ class GeminiClient:
         return False
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int = 0) -> ChatResponse:
+                   sample_id: int | str = 0) -> ChatResponse:
         if grammar is not None:
             raise ConfigError(
                 f"Model {self.name!r} (backend 'gemini') cannot take a grammar. Set "

@@ -126,7 +126,7 @@ class OpenAICompatClient:
         return "continued" if self.spec.extra_body.get("continue_final_message") else "as_message"
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int = 0) -> ChatResponse:
+                   sample_id: int | str = 0) -> ChatResponse:
         body = self._request(messages, grammar)
         start = time.perf_counter()
         try:

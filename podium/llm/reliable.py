@@ -139,7 +139,7 @@ class ReliableClient:
         return min(s.backoff_max_s, s.backoff_s * 2**retry) * (0.5 + self._rng.random() / 2)
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int = 0) -> ChatResponse:
+                   sample_id: int | str = 0) -> ChatResponse:
         est = estimate_tokens(messages, self.spec.max_tokens)
         records: list[dict[str, Any]] = []
         errors = empties = 0  # retries used on failures, re-asks used on empty replies

@@ -218,7 +218,8 @@ async def execute_workflow(
         rec.started_s = time.perf_counter() - t0
         emit("started", rec)
         try:
-            resp = await team.clients[rec.worker].chat(rec.messages, sample_id=sample_id)
+            resp = await team.clients[rec.worker].chat(rec.messages,
+                                                       sample_id=f"{sample_id}:{rec.index}")
         except WorkerError as exc:
             rec.status, rec.error_kind, rec.error = "error", exc.kind, str(exc)
             rec.retries = list(exc.retries)

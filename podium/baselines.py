@@ -1,0 +1,156 @@
+"""Systems to evaluate, all run through the same executor as the Conductor.
+
+A system answers a formatted question and returns a `RunResult`, so every system is measured
+alike (accuracy, tokens, calls, cost, latency). Spec strings, as `podium eval --system` takes:
+
+    conductor               the pool's Conductor (any Conductor endpoint or checkpoint)
+    single:W                one step on worker W (a name or a pool index)
+    moa[:W1,W2,...]         Mixture-of-Agents: every listed worker (default: all) proposes
+                            independently, a seeded-random worker aggregates (PAPER.md App. A.3)
+    self-moa:W[:k]          worker W sampled k times (default 4), W aggregates
+    vote:W[:k]              majority vote over the <answer> of k samples of W (default 5); no
+                            aggregator call
+    reflect:W[:k]           W answers, then revises k-1 times seeing every earlier attempt
+                            (default k = 5)
+    pipeline[:P,E,V]        fixed planner -> executor -> verifier chain (default workers 0,1,2)
+    random                  a random workflow per question (random length, workers, access)
+
+Workers in a baseline see the same message layout as a Conductor's workers (preamble, overall
+task, visible steps, subtask), so the comparison isolates what the Conductor decides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from podium.errors import ConfigError
+from podium.pipeline import Pipeline, RunResult
+from podium.scoring.base import extract_answer
+from podium.workflow.types import Step, Workflow
+
+SOLVE = "Solve the overall task and give the final answer in the format it asks for."
+PROPOSE = "Solve the overall task independently and explain your answer."
+AGGREGATE = ("Several team members answered the overall task. Critically compare their "
+             "responses, fix any errors, and give the single best final answer in the format "
+             "the task asks for.")
+REVISE = ("Review every earlier attempt, find mistakes, and give an improved final answer in "
+          "the format the task asks for.")
+PLAN = "Write a short step-by-step plan for solving the overall task. Do not solve it."
+EXECUTE = "Carry out the plan and solve the overall task, showing your work."
+VERIFY = ("Check the solution for errors, correct it if needed, and give the final answer in "
+          "the format the task asks for.")
+RANDOM_SUBTASKS = (SOLVE, PROPOSE, VERIFY, REVISE, PLAN)
+
+
+def _seed(question: str, sample_id: int) -> int:
+    return int(hashlib.sha256(f"{sample_id}:{question}".encode()).hexdigest()[:12], 16)
+
+
+def majority_answer(responses: Sequence[str | None]) -> str | None:
+    """The first response whose <answer> (normalised) is the most common one; None if no
+    response has an answer tag."""
+    keyed = [(" ".join(a.lower().split()), r) for r in responses
+             if r and (a := extract_answer(r)) is not None]
+    if not keyed:
+        return None
+    winner, _ = Counter(k for k, _ in keyed).most_common(1)[0]
+    return next(r for k, r in keyed if k == winner)
+
+
+@dataclass
+class System:
+    """A named way to answer questions with a pool's team."""
+
+    spec: str
+    pipeline: Pipeline
+    make: Callable[[str, int], Workflow] | None = None  # None: the Conductor
+    vote: bool = False
+
+    async def run(self, question: str, *, sample_id: int = 0, on_event=None) -> RunResult:
+        if self.make is None:
+            return await self.pipeline.ask(question, sample_id=sample_id, on_event=on_event)
+        result = await self.pipeline.run_workflow(question, self.make(question, sample_id),
+                                                  sample_id=sample_id, label=self.spec,
+                                                  on_event=on_event)
+        if self.vote:
+            steps = result.rounds[0].run.steps
+            result.answer = majority_answer([s.response for s in steps if s.status == "ok"])
+            result.rounds[0].answer = result.answer
+        return result
+
+
+def _worker(pipeline: Pipeline, ref: str) -> int:
+    names = [w.name for w in pipeline.pool.workers]
+    if ref in names:
+        return names.index(ref)
+    if ref.isdigit() and int(ref) < len(names):
+        return int(ref)
+    raise ConfigError(f"Worker {ref!r} is not in the pool; its workers are: {', '.join(names)} "
+                      f"(or their indices 0..{len(names) - 1}).")
+
+
+def _count(parts: list[str], default: int, spec: str) -> int:
+    if len(parts) < 3:
+        return default
+    if not parts[2].isdigit() or int(parts[2]) < 1:
+        raise ConfigError(f"In --system {spec!r}, the sample count must be a positive integer.")
+    return int(parts[2])
+
+
+def build_system(spec: str, pipeline: Pipeline) -> System:
+    """A `System` from a spec string (see the module docstring)."""
+    parts = spec.split(":")
+    kind = parts[0]
+    n = len(pipeline.pool.workers)
+    if kind == "conductor" and len(parts) == 1:
+        return System(spec, pipeline)
+    if kind == "random" and len(parts) == 1:
+        max_steps = pipeline.settings.max_steps
+
+        def random_workflow(question: str, sample_id: int) -> Workflow:
+            rng = random.Random(_seed(question, sample_id))
+            steps = [Step(rng.randrange(n), rng.choice(RANDOM_SUBTASKS),
+                          () if i == 0 else rng.choice([(), "all"]))
+                     for i in range(rng.randint(1, max_steps))]
+            return Workflow(tuple(steps))
+
+        return System(spec, pipeline, random_workflow)
+    if kind == "moa":
+        workers = ([_worker(pipeline, w) for w in parts[1].split(",")] if len(parts) > 1
+                   else list(range(n)))
+
+        def moa(question: str, sample_id: int) -> Workflow:
+            aggregator = random.Random(_seed(question, sample_id)).choice(workers)
+            return Workflow(tuple([Step(w, PROPOSE, ()) for w in workers]
+                                  + [Step(aggregator, AGGREGATE, "all")]))
+
+        return System(spec, pipeline, moa)
+    if kind == "pipeline":
+        roles = ([_worker(pipeline, w) for w in parts[1].split(",")] if len(parts) > 1
+                 else [0, 1 % n, 2 % n])
+        if len(roles) != 3:
+            raise ConfigError(f"--system {spec!r}: pipeline takes three workers, P,E,V.")
+        wf = Workflow.of([(roles[0], PLAN, ()), (roles[1], EXECUTE, "all"),
+                          (roles[2], VERIFY, "all")])
+        return System(spec, pipeline, lambda q, s: wf)
+    if kind in ("single", "self-moa", "vote", "reflect") and len(parts) >= 2:
+        w = _worker(pipeline, parts[1])
+        if kind == "single":
+            wf = Workflow.of([(w, SOLVE, ())])
+        elif kind == "self-moa":
+            k = _count(parts, 4, spec)
+            wf = Workflow(tuple([Step(w, PROPOSE, ())] * k + [Step(w, AGGREGATE, "all")]))
+        elif kind == "vote":
+            wf = Workflow(tuple([Step(w, SOLVE, ())] * _count(parts, 5, spec)))
+        else:
+            k = _count(parts, 5, spec)
+            wf = Workflow(tuple([Step(w, SOLVE, ())] + [Step(w, REVISE, "all")] * (k - 1)))
+        return System(spec, pipeline, lambda q, s: wf, vote=kind == "vote")
+    raise ConfigError(
+        f"Unknown --system {spec!r}. Use conductor, single:W, moa[:W1,W2], self-moa:W[:k], "
+        "vote:W[:k], reflect:W[:k], pipeline[:P,E,V] or random (W = a worker name or index)."
+    )

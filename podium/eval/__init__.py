@@ -1,0 +1,1 @@
+"""Evaluation: run a system over a task (resumable), summarise, report."""

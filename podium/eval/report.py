@@ -1,0 +1,138 @@
+"""`podium report DIR...`: systems side by side, as a Markdown table and PNG plots.
+
+Each DIR is an `podium eval --out` folder (meta.json + results.jsonl). The table has one row
+per system and one column per task (accuracy ± s.e., in %), then calls, tokens and cost per
+item averaged over the tasks, like the paper's Tables 6-8. Plots: accuracy against cost (or
+tokens, when prices are unknown) per item; the workflow step-count histogram; worker usage by
+step position.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from podium.errors import ConfigError
+from podium.eval.runner import RESULTS, read_results
+from podium.eval.summary import summarize
+
+
+def load_run(folder: Path) -> dict[str, Any]:
+    meta_path, results = folder / "meta.json", folder / RESULTS
+    if not meta_path.is_file() or not results.is_file():
+        raise ConfigError(f"{folder} is not an evaluation folder (it needs meta.json and "
+                          f"{RESULTS}); pass folders written by `podium eval --out`.")
+    meta = json.loads(meta_path.read_text("utf-8"))
+    records = list(read_results(results).values())
+    return {"folder": str(folder), **meta, "summary": summarize(records)}
+
+
+def _fmt_acc(s: dict) -> str:
+    if s["accuracy"] is None:
+        return "-"
+    se = f" ± {100 * s['stderr']:.2f}" if s["stderr"] is not None else ""
+    return f"{100 * s['accuracy']:.2f}{se}"
+
+
+def _avg(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return sum(vals) / len(vals) if vals and len(vals) == len(values) else None
+
+
+def markdown_table(runs: list[dict]) -> str:
+    tasks = sorted({r["task"] for r in runs})
+    systems = list(dict.fromkeys(r["system"] for r in runs))
+    cell = {(r["system"], r["task"]): r["summary"] for r in runs}
+    head = ["system", *tasks, "avg", "calls/item", "tokens/item", "cost/item ($)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for system in systems:
+        sums = [cell.get((system, t)) for t in tasks]
+        accs = [s["accuracy"] for s in sums if s and s["accuracy"] is not None]
+        avg = f"{100 * sum(accs) / len(accs):.2f}" if accs else "-"
+        present = [s for s in sums if s]
+        calls = _avg([s["calls_per_item"] for s in present])
+        tokens = _avg([s["tokens_per_item"] for s in present])
+        cost = _avg([s["cost_per_item"] for s in present])
+        row = [system, *[_fmt_acc(s) if s else "-" for s in sums], avg,
+               f"{calls:.1f}" if calls is not None else "-",
+               f"{tokens:.0f}" if tokens is not None else "-",
+               f"{cost:.5f}" if cost is not None else "-"]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plots(runs: list[dict], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    use_cost = all(r["summary"]["cost_per_item"] is not None for r in runs)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in runs:
+        s = r["summary"]
+        x = s["cost_per_item"] if use_cost else s["tokens_per_item"]
+        if s["accuracy"] is None or x is None:
+            continue
+        ax.errorbar(x, 100 * s["accuracy"], yerr=100 * (s["stderr"] or 0), fmt="o", capsize=3)
+        ax.annotate(f"{r['system']} ({r['task']})", (x, 100 * s["accuracy"]), fontsize=7,
+                    xytext=(4, 4), textcoords="offset points")
+    ax.set_xlabel("cost per item ($)" if use_cost else "tokens per item")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("Accuracy against " + ("cost" if use_cost else "tokens"))
+    fig.tight_layout()
+    written.append(out / "accuracy_vs_cost.png")
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    width = 0.8 / max(len(runs), 1)
+    for i, r in enumerate(runs):
+        steps = {int(k): v for k, v in r["summary"]["steps"].items()}
+        total = sum(steps.values()) or 1
+        ax.bar([k + i * width for k in steps], [100 * v / total for v in steps.values()],
+               width=width, label=f"{r['system']} ({r['task']})")
+    ax.set_xlabel("steps in the workflow")
+    ax.set_ylabel("% of items")
+    ax.set_title("Workflow length")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    written.append(out / "step_counts.png")
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+
+    usage: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for r in runs:
+        for pos, counts in r["summary"]["worker_by_position"].items():
+            for name, n in counts.items():
+                usage[int(pos)][name] += n
+    workers = sorted({w for c in usage.values() for w in c})
+    fig, ax = plt.subplots(figsize=(6, 4))
+    positions = sorted(usage)
+    bottom = [0.0] * len(positions)
+    for w in workers:
+        share = [100 * usage[p][w] / (sum(usage[p].values()) or 1) for p in positions]
+        ax.bar([str(p) for p in positions], share, bottom=bottom, label=w)
+        bottom = [b + s for b, s in zip(bottom, share, strict=True)]
+    ax.set_xlabel("step position")
+    ax.set_ylabel("% of steps")
+    ax.set_title("Worker usage by step position")
+    if workers:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    written.append(out / "worker_usage.png")
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+    return written
+
+
+def report(folders: list[Path], out: Path) -> tuple[str, list[Path]]:
+    runs = [load_run(f) for f in folders]
+    table = markdown_table(runs)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text("# podium report\n\n" + table, "utf-8")
+    return table, plots(runs, out)

@@ -1,0 +1,159 @@
+"""Run a system over a task: concurrent, resumable, every item recorded exactly once.
+
+Results go to `OUT/results.jsonl`, one line per (item, repeat), appended and flushed as each
+finishes. A rerun after a crash or `kill -9` reads the file, drops a torn last line, and skips
+every (item, repeat) already recorded; so no item is run twice or lost. `--retry-errors` reruns
+the ones recorded as errors (the newer line wins when the summary reads the file).
+
+Every outcome is a record: `ok` (graded), `skipped` (the task cannot run the item here, e.g.
+missing libraries), `error` (the system or the grader crashed; the reason is kept).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from podium.baselines import System
+from podium.pipeline import RunResult
+from podium.tasks.base import Item, Task
+
+RESULTS = "results.jsonl"
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    repeats: int = 1
+    concurrency: int = 4
+    retry_errors: bool = False
+    save_traces: bool = False
+
+
+def read_results(path: Path) -> dict[tuple[str, int], dict]:
+    """The latest record per (item, repeat). A torn last line (from a kill) is cut off."""
+    if not path.exists():
+        return {}
+    raw = path.read_bytes()
+    if raw and not raw.endswith(b"\n"):  # the process died mid-write: drop the partial line
+        keep = raw.rfind(b"\n") + 1
+        with open(path, "r+b") as fh:
+            fh.truncate(keep)
+        raw = raw[:keep]
+    records: dict[tuple[str, int], dict] = {}
+    for line in raw.decode("utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            records[(rec["item"], rec["repeat"])] = rec
+    return records
+
+
+class ResultWriter:
+    """Appends one JSON line per finished item; flushed and fsynced so a kill loses nothing
+    that was reported done."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def write(self, record: dict) -> None:
+        self._fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _summarise_run(result: RunResult) -> dict[str, Any]:
+    u = result.usage()
+    final = result.final_round
+    conductor = result.rounds[0].conductor
+    steps = final.run.steps if final.run else []
+    return {
+        "answer": result.answer,
+        "calls": u.calls,
+        "cache_hits": u.cache_hits,
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "cost": u.cost,
+        "latency_s": round(result.wall_s, 3),
+        "parse_reason": conductor.parse_reason,
+        "fallback": conductor.fallback,
+        "conductor_error": conductor.error,
+        "workflow": [{"worker": s.worker, "name": s.worker_name,
+                      "access": "all" if s.access == "all" else list(s.access)} for s in steps],
+        "step_errors": [s.error_kind for s in steps if s.status == "error"],
+        "rounds": len(result.rounds),
+        "kept": [r.conductor.kept for r in result.rounds[1:]],
+        "stopped": result.stopped,
+    }
+
+
+async def _one(task: Task, system: System, item: Item, repeat: int,
+               traces: Path | None) -> dict:
+    base = {"item": item.id, "repeat": repeat, "task": task.name, "system": system.spec}
+    skip = getattr(task, "skip_reason", lambda _item: None)(item)
+    if skip:
+        return {**base, "status": "skipped", "reason": skip, "correct": False}
+    try:
+        result = await system.run(task.format(item), sample_id=repeat)
+    except Exception as exc:  # a crashed system is a recorded error, never a silent drop
+        return {**base, "status": "error", "reason": f"system: {type(exc).__name__}: {exc}",
+                "correct": False, "trace": traceback.format_exc(limit=5)}
+    record = {**base, **_summarise_run(result)}
+    if traces is not None:
+        name = f"{item.id}-{repeat}.json".replace("/", "_")
+        (traces / name).write_text(json.dumps(result.to_json(), ensure_ascii=False), "utf-8")
+    try:
+        grade = await task.grade(item, result.answer)
+    except Exception as exc:
+        return {**record, "status": "error", "correct": False,
+                "reason": f"grader_error: {type(exc).__name__}: {exc}"}
+    return {**record, "status": "ok", "correct": grade.correct, "score": grade.score,
+            "extracted": grade.extracted, "reason": grade.reason}
+
+
+async def evaluate(
+    task: Task,
+    system: System,
+    items: list[Item],
+    out: Path,
+    config: EvalConfig = EvalConfig(),
+    *,
+    on_record: Callable[[dict], None] | None = None,
+) -> list[dict]:
+    """Run every (item, repeat) not yet in `out/results.jsonl`; return all current records."""
+    path = out / RESULTS
+    done = read_results(path)
+    todo = [(item, r) for r in range(config.repeats) for item in items
+            if (item.id, r) not in done
+            or (config.retry_errors and done[(item.id, r)]["status"] == "error")]
+    traces = out / "traces" if config.save_traces else None
+    if traces is not None:
+        traces.mkdir(parents=True, exist_ok=True)
+    writer = ResultWriter(path)
+    gate = asyncio.Semaphore(config.concurrency)
+
+    async def run(item: Item, repeat: int) -> None:
+        async with gate:
+            start = time.perf_counter()
+            record = await _one(task, system, item, repeat, traces)
+            record.setdefault("latency_s", round(time.perf_counter() - start, 3))
+            writer.write(record)
+            done[(item.id, repeat)] = record
+            if on_record is not None:
+                on_record(record)
+
+    try:
+        await asyncio.gather(*(run(item, r) for item, r in todo))
+    finally:
+        writer.close()
+    wanted = {(item.id, r) for r in range(config.repeats) for item in items}
+    return [rec for key, rec in done.items() if key in wanted]
