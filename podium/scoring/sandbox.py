@@ -1,0 +1,772 @@
+"""Run untrusted Python (model-written code and its tests) in a throw-away sandbox.
+
+    result = run_python("print(input()[::-1])", stdin="abc\\n")     # or: await arun_python(...)
+    result.status, result.stdout, result.isolation   # "ok", "cba\\n", ("netns", "pidns", ...)
+
+No call ever raises: a sandbox that cannot be set up is `SandboxResult(status="sandbox_error")`.
+(Cancelling `arun_python` kills the run, cleans up and re-raises `CancelledError`.)
+
+How a run is built, strongest layer first; `SandboxResult.isolation` names what was applied:
+
+* **Namespaces** (`netns`, `pidns`, `mountns`): as root, `unshare --net --mount --pid --fork
+  --kill-child --mount-proc`; as another user, the same inside `--user --map-root-user`.
+  The network namespace has only a loopback device, left down: no internet, and no way to
+  reach servers on the host's localhost (`Limits.network=True` shares the host network).
+  The pid namespace has its own `/proc` (the host's processes, their environments included,
+  are invisible) and dies as a whole: when the first process in it exits or is killed, the
+  kernel kills every other one, so nothing the code forks can outlive the run.
+* **Private /tmp** (`private-tmp`): in the mount namespace a fresh size-capped tmpfs
+  (`Limits.disk_mb`) is mounted on /tmp and bound over /var/tmp, /dev/shm and /run/lock (the
+  usual world-writable places). The code's files are copied there (the mkdtemp directory is then
+  only a staging area, which the launcher deletes as soon as it has read it); inside the sandbox
+  the working directory, HOME and TMPDIR are all /tmp. Nothing is written to the host's /tmp.
+* **Unprivileged user** (`user:<uid>`): as root, the code runs under a fresh uid/gid per run,
+  drawn from 0x70000000-0x7EFFFFFF (a range no distribution or systemd allocates), with no
+  supplementary groups and `no_new_privs`. We do not use `nobody`: one shared uid would share one
+  RLIMIT_NPROC budget between concurrent runs (a fork bomb in one run would make the others fail)
+  and would let concurrent runs signal each other's processes. The uid has no passwd entry, so
+  `getpass.getuser()` fails inside the sandbox; HOME is set. The host's files are readable where
+  they are world-readable and writable nowhere: root-owned directories (the repository, a test's
+  tmp_path) are read-only to it. If the interpreter lives under a directory that other users cannot
+  enter (here: /root/.pyenv under /root, mode 0700), that directory is covered by an empty tmpfs
+  (`hide:/root`) with only the interpreter's directories bound back: the rest of it (credentials
+  and all) is hidden too. As a non-root user there is no other uid to drop to: the code runs as
+  the caller (as mapped root in its user namespace, powerless outside it).
+* **rlimits** (`rlimits`, `nproc`): RLIMIT_CPU (cpu_s; SIGXCPU, then SIGKILL a second later),
+  RLIMIT_AS (memory_mb), RLIMIT_FSIZE (file_mb; Python then gets `OSError: File too large`),
+  RLIMIT_CORE=0, and RLIMIT_NPROC (processes, threads included) only when the run has its own uid:
+  RLIMIT_NPROC counts every process of the real uid, so for a non-root caller it would count (and
+  be exhausted by) all the caller's own processes. Without it, the pid namespace and the wall-clock
+  kill bound a fork bomb.
+* **Always** (`tmpdir`, `env`): a fresh `mkdtemp` directory per run (removed afterwards), and an
+  environment built from nothing: PATH=/usr/bin:/bin, HOME=TMPDIR=<its directory>, LANG=C.UTF-8,
+  PYTHONHASHSEED=0, and OMP/OPENBLAS/MKL_NUM_THREADS=1 (so numeric libraries neither spawn a thread
+  per core, which RLIMIT_NPROC counts, nor reserve memory per thread, which RLIMIT_AS counts).
+  Nothing comes from the parent, so secrets such as OPENAI_API_KEY never reach the code; reading
+  /proc/<ppid>/environ or /proc/1/environ finds only this scrubbed environment (and, as root, they
+  belong to root and are unreadable to the sandbox uid anyway).
+
+The interpreter is `sys.executable -s main.py`: `-s` skips the user site directory. We do not pass
+`-I`/`-E`: they would make Python ignore PYTHONHASHSEED, and the environment is built from nothing
+anyway, so no PYTHONPATH/PYTHONHOME can leak in. Not `-S` either: code (BigCodeBench) must be able
+to import the virtualenv's packages (numpy, ...). The script's directory is on sys.path, so files
+passed in `files` are importable.
+
+A small launcher (this file, run as `python -I -S sandbox.py <json>`) does the in-namespace setup:
+mounts, the per-run uid, rlimits; it forks the code, waits for it (as init of the pid namespace it
+also reaps orphans) and reports the exact exit status and resource use through a pipe, so a
+timeout, a CPU kill and a memory failure can be told apart. If the grading process dies, that
+pipe loses its reader and the launcher kills the run: a sleeping program cannot outlive it.
+A run is classified as
+
+* `timeout`: the wall clock ran out (the whole process group is SIGKILLed), or the CPU limit hit;
+* `memory`: a MemoryError (or "Cannot allocate memory", `bad_alloc`) ends stderr, or a SIGKILL
+  came with the memory limit reached;
+* `error`: any other nonzero exit; `killed`: any other fatal signal; `ok`: exit status 0;
+* `sandbox_error`: the sandbox itself could not be set up (the reason is in `stderr`).
+
+Without `unshare` (or where namespaces are forbidden) the run still gets a private directory, the
+scrubbed environment, rlimits and, as root, its own uid when the interpreter is reachable for it;
+leftover processes of that uid are then killed after the run. What is lost is reported by the
+missing `isolation` entries; `isolation_available()` says what this machine offers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import signal
+import stat
+import sys
+from dataclasses import dataclass, field
+from typing import Literal
+
+Status = Literal["ok", "error", "timeout", "memory", "killed", "sandbox_error"]
+
+SANDBOX_PATH = "/usr/bin:/bin"
+_UID_BASE = 0x70000000  # per-run uids: [_UID_BASE, _UID_BASE + _UID_SPAN)
+_UID_SPAN = 0x0F000000
+_WORLD_WRITABLE = ("/var/tmp", "/dev/shm", "/run/lock")  # bound to the private /tmp
+_MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "bad_alloc", "out of memory")
+
+# mount(2) flags
+_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC = 2, 4, 4096, 16384
+_PR_SET_NO_NEW_PRIVS = 38
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-run limits. `processes` is RLIMIT_NPROC for the run's own uid (threads count)."""
+
+    wall_s: float = 10.0
+    cpu_s: float = 10.0
+    memory_mb: int = 1024  # RLIMIT_AS: address space, not resident memory
+    file_mb: int = 16  # largest file the code may write
+    processes: int = 64
+    network: bool = False
+    disk_mb: int = 128  # size of the private /tmp tmpfs (all files together), when available
+    output_kb: int = 64  # stdout keeps its first, stderr its last output_kb KiB
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    status: Status
+    returncode: int | None  # exit status, or -signal; None after a wall-clock kill
+    stdout: str = ""
+    stderr: str = ""
+    wall_s: float = 0.0
+    isolation: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+# --------------------------------------------------------------------------------------------
+# What this machine offers (probed once)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Plan:
+    root: bool
+    unshare: tuple[str, ...] | None  # argv prefix without --net; None: no namespaces
+    userns: bool  # the namespaces are inside a user namespace (non-root caller)
+    drop_user: bool  # the code runs under a per-run uid
+    hide: tuple[tuple[str, tuple[str, ...]], ...]  # (blocking dir, interpreter dirs bound back)
+    problems: tuple[str, ...]  # why something is unavailable
+
+
+def _base_env(workdir: str) -> dict[str, str]:
+    return {"PATH": SANDBOX_PATH, "HOME": workdir, "LANG": "C.UTF-8", "TMPDIR": workdir,
+            "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1"}
+
+
+def _find_unshare() -> str | None:
+    for path in ("/usr/bin/unshare", "/bin/unshare"):
+        if os.access(path, os.X_OK):
+            return path
+    import shutil
+
+    return shutil.which("unshare")
+
+
+def _interpreter_paths(problems: list[str]) -> list[str]:
+    """Every path the sandboxed interpreter needs: prefixes and its clean sys.path."""
+    import subprocess
+
+    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             os.path.dirname(os.path.realpath(sys.executable))]
+    try:
+        out = subprocess.run([sys.executable, "-s", "-c", "import sys, json; "
+                              "print(json.dumps(sys.path))"], capture_output=True, text=True,
+                             env=_base_env("/"), cwd="/", timeout=60, check=True).stdout
+        paths += [p for p in json.loads(out) if isinstance(p, str) and os.path.isabs(p)]
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        problems.append(f"could not list the interpreter's sys.path: {exc}")
+    return sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)})
+
+
+def _blocking_dir(path: str) -> str | None:
+    """The topmost proper ancestor of `path` that other users cannot enter, if any."""
+    current = "/"
+    for part in path.strip("/").split("/")[:-1]:
+        current = os.path.join(current, part)
+        try:
+            if not os.stat(current).st_mode & stat.S_IXOTH:
+                return current
+        except OSError:
+            return None
+    return None
+
+
+def _hide_plan(paths: list[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    groups: dict[str, list[str]] = {}
+    for path in paths:
+        blocking = _blocking_dir(path)
+        if blocking is not None:
+            groups.setdefault(blocking, []).append(path)
+    plan = []
+    for blocking, targets in sorted(groups.items()):
+        kept: list[str] = []
+        for target in sorted(targets):  # parents sort before their children
+            if not any(target == k or target.startswith(k.rstrip("/") + "/") for k in kept):
+                kept.append(target)
+        plan.append((blocking, tuple(kept)))
+    return tuple(plan)
+
+
+def _probe_unshare(argv: list[str]) -> str | None:
+    import subprocess
+
+    try:
+        proc = subprocess.run([*argv, "--net", "--", "/bin/true"], capture_output=True,
+                              text=True, timeout=30, env={"PATH": SANDBOX_PATH})
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    return None if proc.returncode == 0 else (proc.stderr.strip() or f"rc={proc.returncode}")
+
+
+def _compute_plan() -> _Plan:
+    problems: list[str] = []
+    root = os.geteuid() == 0
+    unshare_bin = _find_unshare()
+    ns_flags = ["--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
+    unshare: tuple[str, ...] | None = None
+    userns = False
+    if unshare_bin is None:
+        problems.append("unshare not found")
+    elif root:
+        # as root never use --map-root-user: mapped root is the real root for files
+        err = _probe_unshare([unshare_bin, *ns_flags])
+        if err is None:
+            unshare = (unshare_bin, *ns_flags)
+        else:
+            problems.append(f"unshare as root failed: {err}")
+    else:
+        argv = [unshare_bin, "--user", "--map-root-user", *ns_flags]
+        err = _probe_unshare(argv)
+        if err is None:
+            unshare, userns = tuple(argv), True
+        else:
+            problems.append(f"unprivileged unshare failed: {err}")
+    hide: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    drop_user = False
+    if root:
+        hide = _hide_plan(_interpreter_paths(problems))
+        if unshare is not None:
+            drop_user = True
+        elif not hide:
+            drop_user = True  # the interpreter is reachable for any uid without a mount ns
+        else:
+            problems.append(f"the interpreter is under {hide[0][0]}, which other users cannot "
+                            "enter, and there is no mount namespace to bind it: runs stay root")
+            hide = ()
+    return _Plan(root, unshare, userns, drop_user, hide if unshare else (), tuple(problems))
+
+
+_PLAN: _Plan | None = None
+
+
+def _plan() -> _Plan:
+    global _PLAN
+    if _PLAN is None:
+        _PLAN = _compute_plan()
+    return _PLAN
+
+
+def isolation_available() -> dict[str, bool]:
+    """What a run on this machine gets (probed once per process)."""
+    plan = _plan()
+    ns = plan.unshare is not None
+    return {"root": plan.root, "netns": ns, "pidns": ns, "mountns": ns, "private_tmp": ns,
+            "userns": plan.userns, "drop_user": plan.drop_user, "nproc": plan.drop_user,
+            "rlimits": True, "env": True, "tmpdir": True}
+
+
+def isolation_problems() -> tuple[str, ...]:
+    """Why something in `isolation_available()` is False (empty when nothing is missing)."""
+    return _plan().problems
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------
+
+_uid_lock = None
+_uids_in_use: set[int] = set()
+
+
+def _allocate_uid() -> int:
+    import random
+    import threading
+
+    global _uid_lock
+    if _uid_lock is None:
+        _uid_lock = threading.Lock()
+    with _uid_lock:
+        while True:
+            uid = _UID_BASE + random.SystemRandom().randrange(_UID_SPAN)
+            if uid not in _uids_in_use:
+                _uids_in_use.add(uid)
+                return uid
+
+
+def _release_uid(uid: int | None) -> None:
+    if uid is not None and _uid_lock is not None:
+        with _uid_lock:
+            _uids_in_use.discard(uid)
+
+
+def _check_name(name: str) -> str:
+    norm = os.path.normpath(name)
+    if (not name or os.path.isabs(name) or norm.startswith("..") or norm == "."
+            or "\0" in name):
+        raise ValueError(f"bad sandbox file name {name!r}")
+    return norm
+
+
+def _rlimits(limits: Limits, nproc: bool) -> list[tuple[str, int, int]]:
+    cpu = max(1, int(-(-limits.cpu_s // 1)))
+    out = [("RLIMIT_CPU", cpu, cpu + 1),
+           ("RLIMIT_AS", limits.memory_mb << 20, limits.memory_mb << 20),
+           ("RLIMIT_FSIZE", limits.file_mb << 20, limits.file_mb << 20),
+           ("RLIMIT_CORE", 0, 0)]
+    if nproc:
+        out.append(("RLIMIT_NPROC", limits.processes, limits.processes))
+    return out
+
+
+def _decode(data: bytes, total: int, tail: bool) -> str:
+    text = data.decode("utf-8", errors="replace")
+    dropped = total - len(data)
+    if dropped <= 0:
+        return text
+    return (f"[... {dropped} bytes truncated]\n" + text if tail
+            else text + f"\n[... {dropped} bytes truncated]")
+
+
+def _read_status(fd: int) -> dict:
+    chunks = []
+    os.set_blocking(fd, False)
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    report: dict = {}
+    for line in b"".join(chunks).decode("utf-8", errors="replace").splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            for key, value in obj.items():
+                if key == "applied":
+                    report.setdefault("applied", []).extend(value)
+                else:
+                    report.setdefault(key, value)
+    return report
+
+
+def _memory_failure(stderr: str) -> bool:
+    lines = [line for line in stderr[-4096:].splitlines() if line.strip()][-3:]
+    return any(marker in line for line in lines for marker in _MEMORY_MARKERS)
+
+
+def _classify(report: dict, timed_out: bool, stderr: str,
+              limits: Limits) -> tuple[Status, int | None]:
+    if timed_out:
+        return "timeout", None
+    if "setup_error" in report:
+        return "sandbox_error", None
+    if "exit" in report:
+        code = int(report["exit"])
+        if code == 0:
+            return "ok", 0
+        return ("memory" if _memory_failure(stderr) else "error"), code
+    if "signal" in report:
+        sig = int(report["signal"])
+        cpu = float(report.get("cpu_s", 0.0))
+        rss_mb = float(report.get("maxrss_kb", 0)) / 1024
+        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= limits.cpu_s - 0.5):
+            return "timeout", -sig
+        if _memory_failure(stderr) or (sig == signal.SIGKILL
+                                       and rss_mb >= 0.9 * limits.memory_mb):
+            return "memory", -sig
+        return "killed", -sig
+    return "sandbox_error", None
+
+
+def _isolation(plan: _Plan, limits: Limits, applied: list[str]) -> tuple[str, ...]:
+    tags: list[str] = []
+    if plan.unshare is not None:
+        if not limits.network:
+            tags.append("netns")
+        tags += ["pidns", "mountns"]
+    if plan.userns:
+        tags.append("userns")
+    tags += [t for t in applied if t not in tags]
+    tags += ["tmpdir", "env"]
+    return tuple(tags)
+
+
+async def _drain(stream, cap: int, tail: bool) -> tuple[bytes, int]:
+    buf = bytearray()
+    total = 0
+    while True:
+        chunk = await stream.read(65536)
+        if not chunk:
+            return bytes(buf), total
+        total += len(chunk)
+        if tail:
+            buf += chunk
+            if len(buf) > cap:
+                del buf[: len(buf) - cap]
+        elif len(buf) < cap:
+            buf += chunk[: cap - len(buf)]
+
+
+async def _feed(stream, data: bytes) -> None:
+    try:
+        if data:
+            stream.write(data)
+            await stream.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, RuntimeError):
+            stream.close()
+
+
+def _killpg(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+async def _kill_uid(uid: int) -> None:
+    """SIGKILL every process of a per-run uid (kill(-1) from a process running as that uid)."""
+    import asyncio
+
+    if not _UID_BASE <= uid < _UID_BASE + _UID_SPAN:
+        return
+    cfg = json.dumps({"mode": "kill", "uid": uid})
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-I", "-S", os.path.abspath(__file__), cfg,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL, env={"PATH": SANDBOX_PATH})
+    await proc.wait()
+
+
+async def arun_python(code: str, *, stdin: str = "", limits: Limits = Limits(),
+                      files: dict[str, str] | None = None) -> SandboxResult:
+    """Run `code` as a Python script in a fresh sandbox; see the module docstring."""
+    import asyncio
+    import time
+
+    start = time.monotonic()
+    try:
+        plan = _plan() if _PLAN is not None else await asyncio.to_thread(_plan)
+        return await _run(plan, code, stdin, limits, files or {})
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # never raise: report
+        return SandboxResult("sandbox_error", None, "", f"{type(exc).__name__}: {exc}",
+                             time.monotonic() - start, ())
+
+
+async def _run(plan: _Plan, code: str, stdin: str, limits: Limits,
+               files: dict[str, str]) -> SandboxResult:
+    import asyncio
+    import shutil
+    import tempfile
+    import time
+
+    names = {_check_name(n): text for n, text in files.items()}
+    if "main.py" in names:
+        raise ValueError("files may not contain main.py (the code itself)")
+    uid: int | None = None
+    host_dir: str | None = None
+    read_fd = write_fd = -1
+    proc = None
+    try:
+        uid = _allocate_uid() if plan.drop_user else None
+        host_dir = tempfile.mkdtemp(prefix="podium-sbx-")
+        os.chmod(host_dir, 0o700)
+        for name, text in [("main.py", code), *names.items()]:
+            path = os.path.join(host_dir, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        private = plan.unshare is not None
+        workdir = "/tmp" if private else host_dir
+        if not private and uid is not None:
+            for dirpath, _dirnames, filenames in os.walk(host_dir):
+                for entry in [dirpath] + [os.path.join(dirpath, f) for f in filenames]:
+                    os.chown(entry, uid, uid)
+        read_fd, write_fd = os.pipe()
+        cfg = {
+            "mode": "run", "stage": host_dir, "names": ["main.py", *names],
+            "workdir": workdir, "uid": uid, "gid": uid, "status_fd": write_fd,
+            "private_tmp": ({"size_mb": max(1, limits.disk_mb), "inodes": 32768,
+                             "extra": list(_WORLD_WRITABLE)} if private else None),
+            "hide": [[b, list(t)] for b, t in plan.hide] if uid is not None else [],
+            "rlimits": _rlimits(limits, nproc=uid is not None),
+            "argv": [sys.executable, "-s", "main.py"],
+            "env": _base_env(workdir),
+        }
+        argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), json.dumps(cfg)]
+        if plan.unshare is not None:
+            net = [] if limits.network else ["--net"]
+            argv = [*plan.unshare, *net, "--", *argv]
+        begin = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env={"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"},
+            cwd="/", start_new_session=True, pass_fds=(write_fd,))
+        os.close(write_fd)
+        write_fd = -1
+        cap = max(1, limits.output_kb) * 1024
+        feeder = asyncio.ensure_future(_feed(proc.stdin, stdin.encode("utf-8")))
+        out_task = asyncio.ensure_future(_drain(proc.stdout, cap, tail=False))
+        err_task = asyncio.ensure_future(_drain(proc.stderr, cap, tail=True))
+        timed_out = False
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=max(0.01, limits.wall_s))
+        except TimeoutError:
+            timed_out = True
+            _killpg(proc.pid)
+            await proc.wait()
+        elapsed = time.monotonic() - begin
+        if plan.unshare is None:  # no pid namespace: leftovers may survive the main process
+            if uid is not None:
+                await _kill_uid(uid)
+            else:
+                _killpg(proc.pid)
+        done, pending = await asyncio.wait({feeder, out_task, err_task}, timeout=5)
+        for task in pending:
+            task.cancel()
+        out, out_total = out_task.result() if out_task in done else (b"", 0)
+        err, err_total = err_task.result() if err_task in done else (b"", 0)
+        stdout = _decode(out, out_total, tail=False)
+        stderr = _decode(err, err_total, tail=True)
+        report = _read_status(read_fd)
+        status, returncode = _classify(report, timed_out, stderr, limits)
+        if status == "sandbox_error":
+            reason = report.get("setup_error") or f"launcher exited with {proc.returncode}"
+            stderr = f"sandbox setup failed: {reason}\n{stderr}"
+        applied = list(report.get("applied", []))
+        return SandboxResult(status, returncode, stdout, stderr, elapsed,
+                             _isolation(plan, limits, applied))
+    finally:
+        if proc is not None and proc.returncode is None:
+            _killpg(proc.pid)
+            with contextlib.suppress(BaseException):  # cleanup must go on
+                await asyncio.shield(proc.wait())
+        for fd in (read_fd, write_fd):
+            if fd >= 0:
+                os.close(fd)
+        if host_dir is not None:
+            shutil.rmtree(host_dir, ignore_errors=True)
+        _release_uid(uid)
+
+
+def run_python(code: str, *, stdin: str = "", limits: Limits = Limits(),
+               files: dict[str, str] | None = None) -> SandboxResult:
+    """Blocking `arun_python`; usable with or without a running event loop."""
+    import asyncio
+
+    try:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(arun_python(code, stdin=stdin, limits=limits, files=files))
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, arun_python(code, stdin=stdin, limits=limits,
+                                                        files=files)).result()
+    except Exception as exc:
+        return SandboxResult("sandbox_error", None, "", f"{type(exc).__name__}: {exc}", 0.0, ())
+
+
+# --------------------------------------------------------------------------------------------
+# The launcher: `python -I -S sandbox.py <json>`, as root (or mapped root) inside the namespaces
+# --------------------------------------------------------------------------------------------
+
+
+def _libc():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                           ctypes.c_char_p]
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                           ctypes.c_ulong]
+    return libc
+
+
+def _mount(libc, source: str | None, target: str, fstype: str | None, flags: int,
+           data: str | None) -> None:
+    import ctypes
+
+    enc = (lambda s: s.encode() if s is not None else None)  # noqa: E731
+    if libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
+
+
+def _launcher_setup(cfg: dict, applied: list[str]) -> None:
+    """Mount the private /tmp and hide what must be hidden (only in a mount namespace)."""
+    uid, gid = cfg["uid"], cfg["gid"]
+    contents = {}
+    for name in cfg["names"]:
+        with open(os.path.join(cfg["stage"], name), "rb") as fh:
+            contents[name] = fh.read()
+    # the staging directory is no longer needed: remove it now, so that not even a grader
+    # killed mid-run leaves it behind (the grader removes it too, ignoring errors)
+    for dirpath, dirnames, filenames in os.walk(cfg["stage"], topdown=False):
+        for entry in filenames:
+            os.unlink(os.path.join(dirpath, entry))
+        for entry in dirnames:
+            os.rmdir(os.path.join(dirpath, entry))
+    os.rmdir(cfg["stage"])
+    libc = _libc()
+    hide = [(b, [(t, os.open(t, os.O_PATH)) for t in targets]) for b, targets in cfg["hide"]]
+    pt = cfg["private_tmp"]
+    opts = f"size={pt['size_mb']}m,nr_inodes={pt['inodes']},mode=0700"
+    if uid is not None:
+        opts += f",uid={uid},gid={gid}"
+    _mount(libc, "tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, opts)
+    for name, data in contents.items():
+        path = os.path.join("/tmp", name)
+        parent = os.path.dirname(path)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, mode=0o755)
+            if uid is not None:
+                os.chown(parent, uid, gid)
+        with open(path, "wb") as fh:
+            fh.write(data)
+        if uid is not None:
+            os.chown(path, uid, gid)
+    for extra in pt["extra"]:
+        if os.path.isdir(extra) and not os.path.islink(extra):
+            _mount(libc, "/tmp", extra, None, _MS_BIND | _MS_REC, None)
+    applied.append("private-tmp")
+    for blocking, targets in hide:
+        _mount(libc, "tmpfs", blocking, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=64k,mode=0755")
+        for target, fd in targets:
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.makedirs(target, mode=0o755, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+                open(target, "ab").close()
+            _mount(libc, f"/proc/self/fd/{fd}", target, None, _MS_BIND | _MS_REC, None)
+            os.close(fd)
+        applied.append(f"hide:{blocking}")
+
+
+def _launcher_child(cfg: dict) -> None:
+    """In the forked child: limits, identity, then exec the code (never returns)."""
+    os.set_inheritable(cfg["status_fd"], False)  # closed by exec
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    os.chdir(cfg["workdir"])
+    for name, soft, hard in cfg["rlimits"]:
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+    if cfg["uid"] is not None:
+        os.setgroups([])
+        os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
+        os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
+    if _libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
+    os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
+
+
+def _write_status(fd: int, obj: dict) -> None:
+    with contextlib.suppress(OSError):
+        os.write(fd, (json.dumps(obj) + "\n").encode())
+
+
+def _record_exit(report: dict, status: int, usage) -> None:
+    if os.WIFEXITED(status):
+        report["exit"] = os.WEXITSTATUS(status)
+    else:
+        report["signal"] = os.WTERMSIG(status)
+    report["cpu_s"] = usage.ru_utime + usage.ru_stime
+    report["maxrss_kb"] = usage.ru_maxrss
+
+
+def _launcher_wait(pid: int, fd: int, report: dict) -> None:
+    """Wait for the code, reaping every other child on the way (as init of the pid namespace,
+    orphans come here, and unreaped zombies would count against RLIMIT_NPROC). Also watch the
+    status pipe: if the host process dies, its read end closes and the run is killed, so a
+    sleeping program cannot outlive a crashed grader."""
+    import select
+
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # old kernel / Python: plain blocking wait
+        while True:
+            try:
+                wpid, status, usage = os.wait4(-1, 0)
+            except ChildProcessError:
+                report["setup_error"] = "the child disappeared"
+                return
+            if wpid == pid:
+                _record_exit(report, status, usage)
+                return
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    poller.register(fd, 0)  # POLLERR / POLLHUP: the host closed the read end
+    while True:
+        events = poller.poll(1000)
+        while True:
+            try:
+                wpid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                report.setdefault("setup_error", "the child disappeared")
+                return
+            if wpid == 0:
+                break
+            if wpid == pid:
+                _record_exit(report, status, usage)
+                return
+        if any(efd == fd for efd, _ in events):  # nobody is listening any more
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os.killpg(0, signal.SIGKILL)  # our process group, this launcher included
+
+
+def _launcher_main(argv: list[str]) -> int:
+    cfg = json.loads(argv[0])
+    if cfg.get("mode") == "kill":
+        uid = int(cfg["uid"])
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        for _ in range(3):
+            try:
+                os.kill(-1, signal.SIGKILL)  # every process this uid may signal: its own
+            except ProcessLookupError:
+                break
+        return 0
+    fd = cfg["status_fd"]
+    os.umask(0o022)
+    applied: list[str] = []
+    report: dict = {"applied": applied}
+    try:
+        if cfg["private_tmp"]:
+            _launcher_setup(cfg, applied)
+        if cfg["uid"] is not None:
+            applied += [f"user:{cfg['uid']}", "no_new_privs"]
+        applied.append("rlimits")
+        if any(name == "RLIMIT_NPROC" for name, _, _ in cfg["rlimits"]):
+            applied.append("nproc")
+        _write_status(fd, {"applied": applied})  # known even if the run is killed later
+        report = {}
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _launcher_child(cfg)
+            except BaseException as exc:
+                _write_status(fd, {"setup_error": f"{type(exc).__name__}: {exc}"})
+            finally:
+                os._exit(127)
+    except Exception as exc:
+        report["setup_error"] = f"{type(exc).__name__}: {exc}"
+        _write_status(fd, report)
+        return 0
+    _launcher_wait(pid, fd, report)
+    _write_status(fd, report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_launcher_main(sys.argv[1:]))

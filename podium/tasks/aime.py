@@ -1,0 +1,57 @@
+"""AIME 2024 / 2025: 30 problems a year, each answer an integer from 0 to 999 (OOD, §11).
+
+Data: shared/data/aime/aime24.jsonl and aime25.jsonl (`{question, answer}`). The 2024 answers
+are zero-padded strings ("025"), the 2025 ones are not ("70"); the gold is the integer and the
+file's text stays in `meta["answer_text"]`. The whole file is the test set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from podium.errors import ConfigError
+from podium.scoring.base import Grade
+from podium.tasks.base import Item
+from podium.tasks.common import TaskBase, compose, read_records
+
+YEARS = (2024, 2025)
+
+
+@dataclass(kw_only=True)
+class AIMETask(TaskBase):
+    year: int = 2025
+
+    def __post_init__(self) -> None:
+        if self.year not in YEARS:
+            raise ConfigError(f"aime: year={self.year!r}; use 2024 or 2025")
+        self.name = self.name or f"aime{self.year % 100}"
+
+    @property
+    def default_file(self) -> str:  # type: ignore[override]
+        return f"aime/aime{self.year % 100}.jsonl"
+
+    def read_items(self, path: Path) -> list[Item]:
+        items = []
+        for i, row in enumerate(read_records(path)):
+            text = str(row["answer"]).strip()
+            try:
+                gold = int(text)
+            except ValueError as exc:
+                raise ConfigError(f"{path}: problem {i} has a non-integer answer {text!r}") from exc
+            items.append(Item(id=f"{self.name}/{i + 1}", question=row["question"], gold=gold,
+                              meta={"answer_text": text, "year": self.year}))
+        return items
+
+    def format(self, item: Item) -> str:
+        return compose(
+            "Solve the following competition math problem.",
+            item.question,
+            "Answer rules: the answer is an integer from 0 to 999. Write only that integer "
+            "in the answer tags, with no words, units or LaTeX.",
+        )
+
+    async def grade(self, item: Item, response: str | None) -> Grade:
+        from podium.scoring.numeric import grade_numeric
+
+        return grade_numeric(response, item.gold, rel_tol=0.0, abs_tol=0.0)
