@@ -13,9 +13,11 @@ per-worker concurrency limits are c0, c1, c2. Then it runs N workflows through
   completes at most min over w of (c_w / L) / calls_w workflows per second, where calls_w is
   that worker's calls per workflow averaged over the mix; achieved / bound against the target
   (>= 90 %);
-* per worker, measured at the server: the most requests in flight at once (must equal the limit
-  and never exceed it) and how busy the worker was in the steady window (time-averaged requests
-  in flight / limit); and the mean call time the client saw;
+* per worker, in the steady window: how many of the Team's slots were held on average (client
+  side: a slot is held from a call's start to its end), how busy the server was (time-averaged
+  requests in its handler / limit), the mean call time at the client and in the server's
+  handler, and the most requests the server had in flight at once (must equal the limit and
+  never exceed it);
 * memory as workflows complete: process RSS (/proc/self/statm) at every 10 % of completions,
   and the Python heap (tracemalloc) in an optional second, shorter pass (`--tracemalloc`:
   tracing slows Python down, so it is kept out of the throughput pass);
@@ -23,11 +25,14 @@ per-worker concurrency limits are c0, c1, c2. Then it runs N workflows through
   of 20 workflows, at most 8 workflows of a chunk at a time (its thread pool), the steps of each
   workflow awaited one after another, with the same clients and the same per-worker limits.
 
-Conductor calls are not part of this benchmark: the workflows are given.
+Conductor calls are not part of this benchmark: the workflows are given. The default mix
+("balanced") repeats fan-out (w1, w2 -> w0), fan-out (w1, w2 -> w0), chain (w0 -> w0): w0 gets
+twice the calls of w1 and of w2, as it has twice their slots, so every worker limits the bound
+and reaching it needs all three busy at once.
 
     python benchmarks/pool_throughput.py [--latency 0.05] [--concurrency 8,4,4]
-        [--workflows 5000] [--in-flight 1000] [--baseline-workflows 400]
-        [--mix balanced|uneven] [--tracemalloc [--tracemalloc-workflows 2000]] [--out FILE]
+        [--workflows 4000] [--in-flight 1000] [--baseline-workflows 400]
+        [--mix balanced|uneven] [--tracemalloc [--tracemalloc-workflows 1000]] [--out FILE]
 """
 
 from __future__ import annotations
@@ -72,9 +77,9 @@ CHAIN_W01 = Workflow.of([(0, "draft a solution", ()), (1, "check and improve the
 MIXES: dict[str, list[tuple[str, Workflow, int]]] = {
     # w0 gets twice the calls of w1 and of w2, as it has twice their slots (with the default
     # limits 8,4,4): all three workers limit the bound equally, so reaching it needs all busy
-    "balanced": [("fanout [1,2,0]", FANOUT, 2), ("chain [0,0]", CHAIN_W0, 1)],
-    # w1 alone limits the bound; w0 and w2 can be at most half busy
-    "uneven": [("fanout [1,2,0]", FANOUT, 1), ("chain [0,1]", CHAIN_W01, 1)],
+    "balanced": [("fan-out (w1, w2 -> w0)", FANOUT, 2), ("chain (w0 -> w0)", CHAIN_W0, 1)],
+    # with limits 8,4,4 w1 alone limits the bound; w0 and w2 can be at most half busy
+    "uneven": [("fan-out (w1, w2 -> w0)", FANOUT, 1), ("chain (w0 -> w1)", CHAIN_W01, 1)],
 }
 
 
@@ -199,8 +204,8 @@ async def run_podium(workflows: list[Workflow], team: Team, n: int, in_flight: i
         task = asyncio.create_task(one(i))
         live.add(task)  # the loop holds tasks only weakly
         task.add_done_callback(live.discard)
-    for _ in range(in_flight):  # every slot back: all done (a final gather over the live
-        await slots.acquire()   # tasks would keep up to 2F finished tasks alive until exit)
+    for _ in range(in_flight):  # every slot back = all done (a final gather over `live`
+        await slots.acquire()   # was seen to keep finished tasks alive until the loop ended)
 
 
 async def run_reference(workflows: list[Workflow], team: Team, n: int,
@@ -477,9 +482,9 @@ def report(args: argparse.Namespace, limits: list[int], result: dict[str, Any]) 
         r = traced["heap_retained"]
         out += [memory_line("tracemalloc pass RSS", traced["rss"]),
                 memory_line("tracemalloc pass Python heap", traced["heap"]),
-                f"tracemalloc pass Python heap before the pass {r['before_mb']:.2f} MB, after "
-                f"it (all done, gc.collect()) {r['after_mb']:.2f} MB: "
-                f"{r['retained_bytes_per_workflow']:+.0f} bytes retained per workflow"]
+                f"tracemalloc pass Python heap allocated during the pass and still held after "
+                f"it (all done, gc.collect()): {(r['after_mb'] - r['before_mb']) * 1024:.0f} KB "
+                f"= {r['retained_bytes_per_workflow']:.0f} bytes per workflow"]
     return "\n".join(out)
 
 
@@ -489,8 +494,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds each scripted reply takes (default 0.05)")
     parser.add_argument("--concurrency", default="8,4,4",
                         help="per-worker concurrency limits of w0,w1,w2 (default 8,4,4)")
-    parser.add_argument("--workflows", type=int, default=5000,
-                        help="workflows run through podium (default 5000)")
+    parser.add_argument("--workflows", type=int, default=4000,
+                        help="workflows run through podium (default 4000)")
     parser.add_argument("--in-flight", type=int, default=1000,
                         help="most podium workflows in flight at once (default 1000)")
     parser.add_argument("--baseline-workflows", type=int, default=400,
@@ -499,8 +504,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="workflow mix (default balanced)")
     parser.add_argument("--tracemalloc", action="store_true",
                         help="add a pass with tracemalloc on, for the Python heap")
-    parser.add_argument("--tracemalloc-workflows", type=int, default=2000,
-                        help="workflows in the tracemalloc pass (default 2000)")
+    parser.add_argument("--tracemalloc-workflows", type=int, default=1000,
+                        help="workflows in the tracemalloc pass (default 1000)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results"
                         / "pool_throughput.json", help="JSON results file")
     args = parser.parse_args(argv)

@@ -3,7 +3,7 @@
 Each DIR is an `podium eval --out` folder (meta.json + results.jsonl). The table has one row
 per system and one column per task (accuracy ± s.e., in %), then calls, tokens and cost per
 item averaged over the tasks, like the paper's Tables 6-8. Plots: accuracy against cost (or
-tokens, when prices are unknown) per item; the workflow step-count histogram; worker usage by
+tokens, when prices are unknown or all zero) per item; the workflow step-count histogram; worker usage by
 step position.
 """
 
@@ -71,7 +71,8 @@ def plots(runs: list[dict], out: Path) -> list[Path]:
 
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    use_cost = all(r["summary"]["cost_per_item"] is not None for r in runs)
+    costs = [r["summary"]["cost_per_item"] for r in runs]
+    use_cost = all(c is not None for c in costs) and any(c > 0 for c in costs)
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in runs:
         s = r["summary"]
@@ -83,6 +84,8 @@ def plots(runs: list[dict], out: Path) -> list[Path]:
                     xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel("cost per item ($)" if use_cost else "tokens per item")
     ax.set_ylabel("accuracy (%)")
+    ax.set_ylim(-2, 102)
+    ax.set_xlim(left=0)
     ax.set_title("Accuracy against " + ("cost" if use_cost else "tokens"))
     fig.tight_layout()
     written.append(out / "accuracy_vs_cost.png")
