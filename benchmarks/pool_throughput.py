@@ -20,7 +20,8 @@ per-worker concurrency limits are c0, c1, c2. Then it runs N workflows through
   never exceed it);
 * memory as workflows complete: process RSS (/proc/self/statm) at every 10 % of completions,
   and the Python heap (tracemalloc) in an optional second, shorter pass (`--tracemalloc`:
-  tracing slows Python down, so it is kept out of the throughput pass);
+  tracing slows Python down, so it is kept out of the throughput pass), with what the pass
+  leaves allocated once every workflow is done;
 * the same workflows scheduled the way the paper's reference code does, as a baseline: chunks
   of 20 workflows, at most 8 workflows of a chunk at a time (its thread pool), the steps of each
   workflow awaited one after another, with the same clients and the same per-worker limits.
@@ -32,7 +33,7 @@ and reaching it needs all three busy at once.
 
     python benchmarks/pool_throughput.py [--latency 0.05] [--concurrency 8,4,4]
         [--workflows 4000] [--in-flight 1000] [--baseline-workflows 400]
-        [--mix balanced|uneven] [--tracemalloc [--tracemalloc-workflows 1000]] [--out FILE]
+        [--mix balanced|uneven] [--tracemalloc [--tracemalloc-workflows 1500]] [--out FILE]
 """
 
 from __future__ import annotations
@@ -335,12 +336,15 @@ async def probe(server: ScriptedServer, calls: int = 30) -> dict[str, float]:
             "server_s": statistics.median(e["end_time"] - e["start_time"] for e in log)}
 
 
-def memory_verdict(samples: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+def memory_verdict(samples: list[dict[str, Any]], key: str, last: int = 100
+                   ) -> dict[str, Any] | None:
+    """Growth from the 20 % sample to the `last` % one, and whether that is flat."""
     by_pct = {s["percent"]: s[key] for s in samples if key in s}
-    if 20 not in by_pct or 100 not in by_pct:
+    if 20 not in by_pct or last not in by_pct:
         return None
-    growth = by_pct[100] - by_pct[20]
-    return {"at_20_mb": by_pct[20], "at_100_mb": by_pct[100], "growth_mb": growth,
+    growth = by_pct[last] - by_pct[20]
+    return {"from_percent": 20, "to_percent": last, "at_20_mb": by_pct[20],
+            "at_last_mb": by_pct[last], "growth_mb": growth,
             "growth_percent": 100 * growth / by_pct[20],
             "flat": growth < FLAT_FRACTION * by_pct[20] or growth < FLAT_MB}
 
@@ -363,18 +367,22 @@ async def bench(args: argparse.Namespace, limits: list[int], workflows: list[Wor
 
         traced = None
         if args.tracemalloc:
+            # a fifth of the pass in flight, so the samples from 20 % to 80 % are taken with
+            # as many workflows in flight as each other (after 80 % the pass drains)
+            tm_in_flight = max(1, min(args.in_flight, args.tracemalloc_workflows // 5))
             tm = Progress(args.tracemalloc_workflows, len(WORKERS), sample_memory=True)
             tracemalloc.start()
             try:
                 traced = await timed(server, limits, "podium + tracemalloc", lambda team:
                                      run_podium(workflows, team, args.tracemalloc_workflows,
-                                                args.in_flight, tm), tm)
+                                                tm_in_flight, tm), tm)
             finally:
                 tracemalloc.stop()
-            traced["in_flight"] = args.in_flight
+            traced["in_flight"] = tm_in_flight
             traced["memory"] = tm.memory
             traced["rss"] = memory_verdict(tm.memory, "rss_mb")
             traced["heap"] = memory_verdict(tm.memory, "heap_mb")
+            traced["heap_20_80"] = memory_verdict(tm.memory, "heap_mb", last=80)
     return {"podium": podium, "reference": reference, "podium_tracemalloc": traced,
             "call_alone": alone}
 
@@ -401,8 +409,9 @@ def pass_row(name: str, p: dict[str, Any], best: float, judged: bool) -> list[st
 def memory_line(name: str, v: dict[str, Any] | None) -> str:
     if v is None:
         return f"{name}: too few samples"
-    return (f"{name} growth 20% -> 100%: {v['growth_mb']:+.2f} MB ({v['growth_percent']:+.1f} %"
-            f" of {v['at_20_mb']:.1f} MB) -> {'flat' if v['flat'] else 'GROWING'}")
+    return (f"{name} growth 20% -> {v['to_percent']}%: {v['growth_mb']:+.2f} MB "
+            f"({v['growth_percent']:+.1f} % of {v['at_20_mb']:.1f} MB) -> "
+            f"{'flat' if v['flat'] else 'GROWING'}")
 
 
 def per_worker_table(podium: dict[str, Any], reference: dict[str, Any], calls: list[float],
@@ -482,6 +491,8 @@ def report(args: argparse.Namespace, limits: list[int], result: dict[str, Any]) 
         r = traced["heap_retained"]
         out += [memory_line("tracemalloc pass RSS", traced["rss"]),
                 memory_line("tracemalloc pass Python heap", traced["heap"]),
+                memory_line("tracemalloc pass Python heap (both samples with "
+                            f"{traced['in_flight']} in flight)", traced["heap_20_80"]),
                 f"tracemalloc pass Python heap allocated during the pass and still held after "
                 f"it (all done, gc.collect()): {(r['after_mb'] - r['before_mb']) * 1024:.0f} KB "
                 f"= {r['retained_bytes_per_workflow']:.0f} bytes per workflow"]
@@ -504,8 +515,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="workflow mix (default balanced)")
     parser.add_argument("--tracemalloc", action="store_true",
                         help="add a pass with tracemalloc on, for the Python heap")
-    parser.add_argument("--tracemalloc-workflows", type=int, default=1000,
-                        help="workflows in the tracemalloc pass (default 1000)")
+    parser.add_argument("--tracemalloc-workflows", type=int, default=1500,
+                        help="workflows in the tracemalloc pass (default 1500; a fifth of them, "
+                        "at most --in-flight, in flight)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results"
                         / "pool_throughput.json", help="JSON results file")
     args = parser.parse_args(argv)

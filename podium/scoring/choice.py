@@ -27,13 +27,14 @@ import re
 
 from podium.scoring.base import Grade, extract_answer
 
-_EXPLICIT = (r"answer\W{0,3}(?:is|:|=|-)?\s*(?:option|choice|letter)?\s*[:*_(\[{]*\s*"
-             r"([{L}])(?![A-Za-z0-9])")
+# Every quantifier is bounded: no catastrophic backtracking on long runs of spaces.
+_EXPLICIT = (r"answer(?:\s{1,3}is)?[\s:=*_-]{0,6}(?:(?:option|choice|letter)\s{0,3})?"
+             r"[(\[{*]{0,3}\s{0,2}([{L}])(?![A-Za-z0-9])")
 
 
 # After "A" or "I": a lower-case word makes it the article or pronoun ("A cat", "I think"), not
 # an option; "A or B", "A is right" still count.
-_WORD_AFTER = re.compile(r"\s+(?!(?:or|and|is|was|nor)\b)[a-z]")
+_WORD_AFTER = re.compile(r"\s{1,3}(?!(?:or|and|is|was|nor)\b)[a-z]")
 
 
 def _cls(letters: str) -> str:
@@ -55,19 +56,19 @@ def read_choice(text: str | None, letters: str = "ABCD") -> str | None:
     hits = []
     for m in explicit.finditer(text):
         letter = m.group(1)
-        if letter.islower() and re.match(r"\s+[A-Za-z0-9]", text[m.end():]):
+        if letter.islower() and re.match(r"\s{1,3}[A-Za-z0-9]", text[m.end():m.end() + 4]):
             continue  # "the answer is a tricky one": an article, not an option
         hits.append(letter.upper())
     if hits:
         return hits[-1]
-    boxed = re.findall(r"\\boxed\{\s*(?:\\text(?:bf)?\{)?\s*\(?([" + up + r"])\)?\s*\}", text)
+    boxed = re.findall(r"\\boxed\{\s{0,3}(?:\\text(?:bf)?\{)?\s{0,3}\(?([" + up + r"])\)?\s{0,3}\}", text)
     if boxed:
         return boxed[-1]
     bare = re.fullmatch(r"[\s*_(\[{\"'`]*([" + _cls(letters) + r"])[\s*_)\]}.:\"'`]*", text)
     if bare:
         return bare.group(1).upper()
     for pattern in (r"\(([" + up + r"])\)",
-                    r"(?m)^\s*\**([" + up + r"])[.)]",
+                    r"(?m)^[ \t]*\**([" + up + r"])[.)]",
                     r"(?<![A-Za-z0-9_\\])([" + up + r"])(?![A-Za-z0-9_])"):
         found = [m.group(1) for m in re.finditer(pattern, text)
                  if not (m.group(1) in "AI" and _WORD_AFTER.match(text, m.end()))]

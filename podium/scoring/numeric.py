@@ -15,7 +15,7 @@ import re
 
 from podium.scoring.base import Grade, extract_answer
 
-_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"  # unambiguous: no backtracking blow-up
 _FULL = re.compile(rf"({_NUM})(?:/({_NUM}))?")
 _SCI = re.compile(rf"({_NUM})(?:\\times|\\cdot|×|\*|x)10\^\{{?([-+]?\d+)\}}?")
 _FRAC = re.compile(r"([-+]?)\\[dt]?frac\{([^{}]+)\}\{([^{}]+)\}")
@@ -100,7 +100,7 @@ def _rlpr_float(s: str) -> float | None:
 
 
 def _leading(s: str) -> float | None:
-    m = re.match(rf"\s*\$?\s*({_NUM})", s.replace(",", ""))
+    m = re.match(rf"\s*(?:\$\s*)?({_NUM})", s.replace(",", ""))
     return _to_float(m.group(1)) if m else None
 
 

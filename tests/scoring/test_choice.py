@@ -116,3 +116,14 @@ def test_ten_options_grading():
     assert grade_choice("<answer>(I)</answer>", "I", letters=TEN).correct
     assert grade_choice("<answer>J</answer>", 9, letters=TEN).correct
     assert grade_choice("<answer>J</answer>", "D").reason == "no_answer"  # not an option of four
+
+
+@pytest.mark.parametrize("text", ["answer" + " " * 100_000 + "x", "answer " * 20_000,
+                                  "\n" * 100_000 + "x", "\\boxed{" + " " * 100_000, "A " * 50_000])
+def test_long_inputs_stay_fast(text):
+    import time
+
+    start = time.monotonic()
+    grade_choice(text, "B", extract=False)
+    grade_choice(text, "B", extract=False, legacy=True)
+    assert time.monotonic() - start < 1.0

@@ -127,3 +127,14 @@ def test_rlpr_whitespace_and_tags():
     assert grade_rlpr("<answer>  New \n York </answer>", "New York").details["rule"] == "exact"
     assert grade_rlpr("New York", "New York").reason == "no_answer"
     assert grade_rlpr("New York", "new york", extract=False).correct
+
+
+@pytest.mark.parametrize("text", ["1" * 100_000 + "x", " " * 100_000 + "x", "1," * 50_000,
+                                  "1." * 50_000, "1" + " " * 100_000 + "x!", "$ " * 50_000])
+def test_long_inputs_stay_fast(text):
+    import time
+
+    start = time.monotonic()
+    grade_numeric(text, "5", extract=False)
+    grade_rlpr(text, "5", extract=False)
+    assert time.monotonic() - start < 1.0
