@@ -32,7 +32,7 @@ twice the calls of w1 and of w2, as it has twice their slots, so every worker li
 and reaching it needs all three busy at once.
 
     python benchmarks/pool_throughput.py [--latency 0.05] [--concurrency 8,4,4]
-        [--workflows 4000] [--in-flight 1000] [--baseline-workflows 400]
+        [--workflows 3500] [--in-flight 1000] [--baseline-workflows 400]
         [--mix balanced|uneven] [--tracemalloc [--tracemalloc-workflows 1500]] [--out FILE]
 """
 
@@ -505,8 +505,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds each scripted reply takes (default 0.05)")
     parser.add_argument("--concurrency", default="8,4,4",
                         help="per-worker concurrency limits of w0,w1,w2 (default 8,4,4)")
-    parser.add_argument("--workflows", type=int, default=4000,
-                        help="workflows run through podium (default 4000)")
+    parser.add_argument("--workflows", type=int, default=3500,
+                        help="workflows run through podium (default 3500)")
     parser.add_argument("--in-flight", type=int, default=1000,
                         help="most podium workflows in flight at once (default 1000)")
     parser.add_argument("--baseline-workflows", type=int, default=400,

@@ -111,6 +111,16 @@ class ModelSpec(_Frozen):
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
         return self.price.cost(prompt_tokens, completion_tokens) if self.price else None
 
+    def required_api_key(self, suggested_env: str) -> str:
+        """The key of a backend that always needs one; ConfigError naming the fix."""
+        if not self.api_key_env:
+            raise ConfigError(
+                f"Model {self.name!r} uses backend {self.backend!r} but has no api_key_env. Set "
+                f"api_key_env = \"{suggested_env}\" (or the variable that holds your key) for "
+                "it in the pool file."
+            )
+        return self.api_key()  # type: ignore[return-value]
+
     def api_key(self) -> str | None:
         """The key from `api_key_env`; ConfigError naming the variable when it is unset."""
         if not self.api_key_env:

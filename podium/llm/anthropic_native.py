@@ -127,13 +127,7 @@ class AnthropicClient:
         anthropic = _import_sdk()
         self.spec = spec
         self.name = spec.name
-        if not spec.api_key_env:
-            raise ConfigError(
-                f"Model {spec.name!r} uses backend 'anthropic' but has no api_key_env. Set "
-                "api_key_env = \"ANTHROPIC_API_KEY\" (or the variable that holds your key) for "
-                "it in the pool file."
-            )
-        self._key = spec.api_key()  # ConfigError naming the variable when it is unset
+        self._key = spec.required_api_key("ANTHROPIC_API_KEY")
         self._max_tokens = spec.max_tokens or DEFAULT_MAX_TOKENS
         self._thinking = bool(spec.thinking) or (
             spec.thinking is None and spec.thinking_budget is not None

@@ -61,6 +61,24 @@ class ChatClient(Protocol):
     def supports_grammar(self) -> bool: ...
 
 
+class ClientWrapper:
+    """Base of the layers stacked on a backend (cache, reliability): delegates the name,
+    grammar support and closing to the wrapped client."""
+
+    def __init__(self, inner: ChatClient) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    @property
+    def supports_grammar(self) -> bool:
+        return self.inner.supports_grammar
+
+    async def aclose(self) -> None:
+        close = getattr(self.inner, "aclose", None)
+        if close is not None:
+            await close()
+
+
 def split_prefill(messages: list[Message]) -> tuple[list[Message], str | None]:
     """Separate a trailing assistant message (the prefill) from the rest."""
     if messages and messages[-1].get("role") == "assistant":

@@ -29,7 +29,7 @@ from typing import Any
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError
-from podium.llm.base import ChatClient, ChatResponse, Message
+from podium.llm.base import ChatClient, ChatResponse, ClientWrapper, Message
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class ResponseCache:
             conn.close()
 
 
-class CachedClient:
+class CachedClient(ClientWrapper):
     """Wraps a ChatClient: an identical earlier request (same key) is answered from the cache.
 
     Concurrent identical requests are de-duplicated: one calls the model, the others wait and
@@ -160,20 +160,10 @@ class CachedClient:
     """
 
     def __init__(self, inner: ChatClient, spec: ModelSpec, cache: ResponseCache) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.spec = spec
         self.cache = cache
-        self.name = inner.name
         self._inflight: dict[tuple[asyncio.AbstractEventLoop, str], asyncio.Future] = {}
-
-    @property
-    def supports_grammar(self) -> bool:
-        return self.inner.supports_grammar
-
-    async def aclose(self) -> None:
-        close = getattr(self.inner, "aclose", None)
-        if close is not None:
-            await close()
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
                    sample_id: int | str = 0) -> ChatResponse:

@@ -172,13 +172,7 @@ class GeminiClient:
         genai, types, errors = _import_sdk()
         self.spec = spec
         self.name = spec.name
-        if not spec.api_key_env:
-            raise ConfigError(
-                f"Model {spec.name!r} uses backend 'gemini' but has no api_key_env. Set "
-                "api_key_env = \"GEMINI_API_KEY\" (or the variable that holds your key) for it "
-                "in the pool file."
-            )
-        self._key = spec.api_key()  # ConfigError naming the variable when it is unset
+        self._key = spec.required_api_key("GEMINI_API_KEY")
         self._types, self._errors = types, errors
         try:
             http_options = types.HttpOptions(

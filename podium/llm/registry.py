@@ -16,7 +16,7 @@ from podium.llm.base import ChatClient
 from podium.llm.cache import CachedClient, ResponseCache
 from podium.llm.embedded import EmbeddedClient, ModelStore
 from podium.llm.function import FunctionClient
-from podium.llm.reliable import RateLimiter, ReliableClient
+from podium.llm.reliable import ReliableClient
 
 NETWORK_BACKENDS = ("openai", "anthropic", "gemini")
 
@@ -46,8 +46,7 @@ def build_client(spec: ModelSpec, store: ModelStore | None = None, *,
     """One model's client with its reliability and cache layers."""
     client = _backend(spec, store)
     if spec.backend in NETWORK_BACKENDS:
-        limiter = RateLimiter(spec.rpm, spec.tpm) if spec.rpm or spec.tpm else None
-        client = ReliableClient(client, spec, limiter=limiter)
+        client = ReliableClient(client, spec)  # with its own RPM/TPM limiter when set
     if cache is not None:
         client = CachedClient(client, spec, cache)
     return client

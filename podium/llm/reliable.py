@@ -26,7 +26,7 @@ from typing import Any
 
 from podium.config import ModelSpec
 from podium.errors import WorkerError
-from podium.llm.base import ChatClient, ChatResponse, Message
+from podium.llm.base import ChatClient, ChatResponse, ClientWrapper, Message
 
 WINDOW_S = 60.0
 MAX_RETRY_AFTER_S = 120.0  # a server's Retry-After is honoured up to this long
@@ -106,30 +106,20 @@ def estimate_tokens(messages: list[Message], max_tokens: int | None) -> int:
     return chars // 4 + (max_tokens or DEFAULT_COMPLETION_TOKENS)
 
 
-class ReliableClient:
+class ReliableClient(ClientWrapper):
     """Wraps a backend client: RPM/TPM limits, timeouts, retries with exponential backoff +
     jitter honouring Retry-After, no retry on auth/bad_request/context_length, bounded re-asks
     on empty."""
 
     def __init__(self, inner: ChatClient, spec: ModelSpec, *, limiter: RateLimiter | None = None,
                  sleep: Sleep = asyncio.sleep, rng: random.Random | None = None) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.spec = spec
-        self.name = inner.name
         if limiter is None and (spec.rpm is not None or spec.tpm is not None):
             limiter = RateLimiter(spec.rpm, spec.tpm)
         self.limiter = limiter
         self._sleep = sleep
         self._rng = rng or random.Random()
-
-    @property
-    def supports_grammar(self) -> bool:
-        return self.inner.supports_grammar
-
-    async def aclose(self) -> None:
-        close = getattr(self.inner, "aclose", None)
-        if close is not None:
-            await close()
 
     def backoff(self, retry: int, retry_after: float | None = None) -> float:
         """Seconds to wait before retry number `retry` (0 = the first retry)."""

@@ -183,7 +183,9 @@ class TaskBase:
         return path
 
     def read_items(self, path: Path) -> list[Item]:
-        raise NotImplementedError
+        """Every item of the file at `path`; tasks that read their data another way override
+        `items` instead."""
+        raise NotImplementedError(f"{type(self).__name__} must define read_items or items")
 
     def items(self) -> list[Item]:
         """Every item, in canonical order (read once, then cached)."""
@@ -209,11 +211,11 @@ class TaskBase:
         return sample(self.split_items(split), n, seed)
 
     # -- protocol ----------------------------------------------------------------------
-    def format(self, item: Item) -> str:
-        raise NotImplementedError
+    def format(self, item: Item) -> str:  # every task module defines these two
+        raise NotImplementedError(f"{type(self).__name__} must define format")
 
     async def grade(self, item: Item, response: str | None) -> Grade:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define grade")
 
     def skip_reason(self, item: Item) -> str | None:
         """Why `item` cannot be graded here (reported as skipped, not failed); None if it can."""
