@@ -300,7 +300,8 @@ async def timed(server: ScriptedServer, limits: list[int], label: str,
     stats = await asyncio.to_thread(server.stats)
     return {
         "workflows": progress.n, "ok": progress.ok, "failed": progress.failed,
-        "wall_s": wall, "client_cpu_s": cpu, "heap_retained": heap or None, "steady_window_s": t90 - t10,
+        "wall_s": wall, "client_cpu_s": cpu, "heap_retained": heap or None,
+        "steady_window_s": t90 - t10,
         "steady_workflows_per_s": rate, "overall_workflows_per_s": progress.n / wall,
         "workers": [
             {**w, "slots_held": h, "mean_call_ms": 1000 * s / k if k else float("nan")}
@@ -313,7 +314,7 @@ async def timed(server: ScriptedServer, limits: list[int], label: str,
 
 async def probe(server: ScriptedServer, calls: int = 30) -> dict[str, float]:
     """The time of one call on its own (sequential calls, nothing else in flight): the
-    latency plus the HTTP round trip, the least time a worker slot is held per call."""
+    latency plus the HTTP round trip and the client's own work, with nothing else going on."""
     clients = [build_client(ModelSpec(name=m, backend="openai", model=m,
                                       base_url=server.base_url, retries=0), cache=None)
                for m in WORKERS]
