@@ -71,7 +71,12 @@ async def _run(args: dict, console: Console) -> dict:
     if not items:
         raise ConfigError(f"Task {args['task']} has no items for split {args['split']!r}.")
     pool = load_pool(args["pool"])
-    settings = pool.run.model_copy(update={"cache": False} if args["no_cache"] else {})
+    # A Conductor output that does not parse is a format error in evaluation (scored wrong, its
+    # reason counted), not a silent single-worker fallback, unless --fallback asks for one.
+    update = {"fallback": args["fallback"]}
+    if args["no_cache"]:
+        update["cache"] = False
+    settings = pool.run.model_copy(update=update)
     out = Path(args["out"])
     _check_meta(out, {"task": task.name, "system": args["system"], "split": args["split"],
                       "seed": args["seed"], "n": len(items), "repeats": args["repeats"],

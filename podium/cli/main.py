@@ -70,6 +70,9 @@ def eval_cmd(
     path: str = typer.Option(None, "--path", help="The task's data file, where it takes one "
                              "(livecodebench, gpqa, rlpr)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Don't use the response cache."),
+    fallback: bool = typer.Option(False, "--fallback", help="Answer with one worker when the "
+                                  "Conductor's output does not parse (default: score it as a "
+                                  "format error, as the paper does)."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="Rerun items recorded "
                                       "as errors."),
     traces: bool = typer.Option(False, "--traces", help="Also save every item's full trace."),
@@ -83,6 +86,7 @@ def eval_cmd(
     code = _guard(lambda: run_eval(task=task, system=system, n=n, repeats=repeats,
                                    concurrency=concurrency, out=out, pool=pool, split=split,
                                    seed=seed, task_options=options, no_cache=no_cache,
+                                   fallback=fallback,
                                    retry_errors=retry_errors, traces=traces), debug)
     raise typer.Exit(code)
 
