@@ -28,6 +28,8 @@ lint: venv
 
 bench: venv
 	$(PY) benchmarks/executor.py
+	$(PY) benchmarks/pool_throughput.py
+	$(PY) benchmarks/graders.py
 	$(PY) benchmarks/conductor_format.py
 
 clean:
