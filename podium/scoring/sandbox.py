@@ -137,6 +137,7 @@ class _Plan:
     drop_user: bool  # the code runs under a per-run uid
     hide: tuple[tuple[str, tuple[str, ...]], ...]  # (blocking dir, interpreter dirs bound back)
     problems: tuple[str, ...]  # why something is unavailable
+    tmp_keep: tuple[str, ...] = ()  # interpreter dirs under /tmp, bound into the private /tmp
 
 
 def _base_env(workdir: str) -> dict[str, str]:
@@ -183,20 +184,23 @@ def _blocking_dir(path: str) -> str | None:
     return None
 
 
+def _outermost(paths: list[str]) -> list[str]:
+    """`paths` without those that lie inside another one of them."""
+    kept: list[str] = []
+    for target in sorted(paths):  # parents sort before their children
+        if not any(target == k or target.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(target)
+    return kept
+
+
 def _hide_plan(paths: list[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     groups: dict[str, list[str]] = {}
     for path in paths:
         blocking = _blocking_dir(path)
         if blocking is not None:
             groups.setdefault(blocking, []).append(path)
-    plan = []
-    for blocking, targets in sorted(groups.items()):
-        kept: list[str] = []
-        for target in sorted(targets):  # parents sort before their children
-            if not any(target == k or target.startswith(k.rstrip("/") + "/") for k in kept):
-                kept.append(target)
-        plan.append((blocking, tuple(kept)))
-    return tuple(plan)
+    return tuple((blocking, tuple(_outermost(targets)))
+                 for blocking, targets in sorted(groups.items()))
 
 
 def _probe_unshare(argv: list[str]) -> str | None:
@@ -235,8 +239,10 @@ def _compute_plan() -> _Plan:
             problems.append(f"unprivileged unshare failed: {err}")
     hide: tuple[tuple[str, tuple[str, ...]], ...] = ()
     drop_user = False
+    paths = _interpreter_paths(problems)
+    tmp_keep = _outermost([p for p in paths if p == "/tmp" or p.startswith("/tmp/")])
     if root:
-        hide = _hide_plan(_interpreter_paths(problems))
+        hide = _hide_plan(paths)
         if unshare is not None:
             drop_user = True
         elif not hide:
@@ -245,7 +251,8 @@ def _compute_plan() -> _Plan:
             problems.append(f"the interpreter is under {hide[0][0]}, which other users cannot "
                             "enter, and there is no mount namespace to bind it: runs stay root")
             hide = ()
-    return _Plan(root, unshare, userns, drop_user, hide if unshare else (), tuple(problems))
+    return _Plan(root, unshare, userns, drop_user, hide if unshare else (), tuple(problems),
+                 tuple(tmp_keep))
 
 
 _PLAN: _Plan | None = None
@@ -495,7 +502,8 @@ async def _run(plan: _Plan, code: str, stdin: str, limits: Limits,
             "mode": "run", "stage": host_dir, "names": ["main.py", *names],
             "workdir": workdir, "uid": uid, "gid": uid, "status_fd": write_fd,
             "private_tmp": ({"size_mb": max(1, limits.disk_mb), "inodes": 32768,
-                             "extra": list(_WORLD_WRITABLE)} if private else None),
+                             "extra": list(_WORLD_WRITABLE), "keep": list(plan.tmp_keep)}
+                            if private else None),
             "hide": [[b, list(t)] for b, t in plan.hide] if uid is not None else [],
             "rlimits": _rlimits(limits, nproc=uid is not None),
             "argv": [sys.executable, "-s", "main.py"],
@@ -620,6 +628,9 @@ def _launcher_setup(cfg: dict, applied: list[str]) -> None:
     libc = _libc()
     hide = [(b, [(t, os.open(t, os.O_PATH)) for t in targets]) for b, targets in cfg["hide"]]
     pt = cfg["private_tmp"]
+    # an interpreter (a virtual environment) that lives under /tmp is bound back into the
+    # private /tmp, read-only for the sandbox user as before
+    keep = [(t, os.open(t, os.O_PATH)) for t in pt.get("keep", []) if os.path.exists(t)]
     opts = f"size={pt['size_mb']}m,nr_inodes={pt['inodes']},mode=0700"
     if uid is not None:
         opts += f",uid={uid},gid={gid}"
@@ -635,6 +646,10 @@ def _launcher_setup(cfg: dict, applied: list[str]) -> None:
             fh.write(data)
         if uid is not None:
             os.chown(path, uid, gid)
+    for target, fd in keep:
+        os.makedirs(target, mode=0o755, exist_ok=True)
+        _mount(libc, f"/proc/self/fd/{fd}", target, None, _MS_BIND | _MS_REC, None)
+        os.close(fd)
     for extra in pt["extra"]:
         if os.path.isdir(extra) and not os.path.islink(extra):
             _mount(libc, "/tmp", extra, None, _MS_BIND | _MS_REC, None)
