@@ -61,7 +61,7 @@ def _f(value, fmt: str, prefix: str = "", suffix: str = "") -> str:
 async def _run(args: dict, console: Console) -> dict:
     from podium.baselines import build_system
     from podium.config import load_pool
-    from podium.eval.runner import EvalConfig, evaluate
+    from podium.eval.runner import EvalConfig, evaluate, read_results
     from podium.eval.summary import summarize
     from podium.pipeline import Pipeline
     from podium.tasks import get_task
@@ -103,8 +103,6 @@ async def _run(args: dict, console: Console) -> dict:
                     acc = stats["correct"] / stats["graded"] if stats["graded"] else 0.0
                     progress.update(bar, advance=1,
                                     status=f"acc {acc:.1%} · ${stats['cost']:.4f}")
-
-                from podium.eval.runner import read_results
 
                 already = len([k for k in read_results(out / "results.jsonl")
                                if k[1] < args["repeats"]])

