@@ -34,8 +34,8 @@ How podium's messages and settings map onto the API:
   when that is set. The key goes in an `Authorization: Bearer` header (SDK 2.x; older SDKs
   used `x-api-key`), with `anthropic-version` set by the SDK.
 - The SDK's own retries are off (`max_retries=0`): podium retries. Provider exceptions become
-  `WorkerError` in `worker_error` below and nowhere else; an authentication error's text is
-  never included (it may echo the key) and the key is scrubbed from every other message.
+  `WorkerError` in `worker_error` below; `podium.llm.errors` writes the message (an
+  authentication error's text is never included, the key is scrubbed from every other one).
 """
 
 from __future__ import annotations
@@ -47,24 +47,22 @@ from typing import Any
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
-from podium.llm.base import ChatResponse, Message, PrefillMode, retry_after, split_prefill
+from podium.llm.base import (
+    ChatResponse,
+    Message,
+    NoGrammar,
+    PrefillMode,
+    retry_after,
+    split_prefill,
+    split_system,
+)
+from podium.llm.errors import provider_error, sdk_error_kind
 
 log = logging.getLogger(__name__)
 
+DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 4096
 DEFAULT_THINKING_BUDGET = 1024
-
-_HINTS = {
-    "auth": "Anthropic rejected the API key; check the variable named by api_key_env",
-    "rate_limit": "Anthropic is rate-limiting; lower max_concurrency or rpm, or retry later",
-    "transport": "could not reach {url}; check base_url and the network",
-    "context_length": "the prompt is longer than the model's context; shorten it or lower "
-    "max_tokens",
-    "server": "Anthropic returned a server error or is overloaded; retry later",
-    "bad_request": "Anthropic rejected the request; check model, max_tokens, thinking and "
-    "extra_body",
-    "other": "unexpected error from the Anthropic SDK",
-}
 
 
 def _import_sdk() -> Any:
@@ -77,50 +75,36 @@ def _import_sdk() -> Any:
     return anthropic
 
 
-def _error_kind(anthropic: Any, exc: Exception) -> str:
-    # A reply that is not valid JSON (e.g. cut off) or not a Message: asking again may work.
-    if isinstance(exc, json.JSONDecodeError | anthropic.APIResponseValidationError):
-        return "server"
-    if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
-        return "auth"
-    if isinstance(exc, anthropic.RateLimitError):
-        return "rate_limit"
-    if isinstance(exc, anthropic.APIConnectionError):  # APITimeoutError included
-        return "transport"
-    if isinstance(exc, anthropic.BadRequestError):
-        text = str(exc).lower()
-        too_long = "prompt is too long" in text or "context" in text
-        return "context_length" if too_long else "bad_request"
-    if isinstance(exc, anthropic.InternalServerError):  # 5xx, OverloadedError (529) included
-        return "server"
-    if isinstance(exc, anthropic.APIStatusError):
-        return "server" if exc.status_code >= 500 or exc.status_code == 408 else "bad_request"
-    return "other"
+def _too_long(text: str) -> bool:
+    return "prompt is too long" in text or "context" in text
 
 
 def worker_error(spec: ModelSpec, exc: Exception, secret: str | None) -> WorkerError:
-    """Convert an Anthropic SDK exception. The key (if any) is scrubbed from the message."""
+    """Convert an Anthropic SDK exception (`podium.llm.errors` writes the message)."""
     anthropic = _import_sdk()
-    kind = _error_kind(anthropic, exc)
+    kind = sdk_error_kind(anthropic, exc, _too_long)
     status = getattr(exc, "status_code", None)
-    status = status if isinstance(status, int) and status >= 400 else None
     response = getattr(exc, "response", None)
     wait = None
     if response is not None and kind in ("rate_limit", "server"):
         wait = retry_after(response.headers)
-    detail = _HINTS[kind].format(url=spec.base_url or "https://api.anthropic.com")
-    if kind != "auth":  # auth messages may echo part of the key: never include them
-        raw = str(exc)
-        if secret:
-            raw = raw.replace(secret, "***")
-        detail = f"{detail} ({type(exc).__name__}{f' {status}' if status else ''}: {raw[:300]})"
-    elif status:
-        detail = f"{detail} (HTTP {status})"
-    return WorkerError(spec.name, kind, detail, status=status,  # type: ignore[arg-type]
-                       retry_after=wait)
+    return provider_error(spec.name, kind, exc, vendor="Anthropic",
+                          url=spec.base_url or DEFAULT_BASE_URL, secret=secret,
+                          status=status if isinstance(status, int) and status >= 400 else None,
+                          retry_after=wait)
 
 
-class AnthropicClient:
+def _tokens(usage: Any) -> dict[str, Any]:
+    """The token counts of a reply's `usage` (none when it has none); thinking tokens only
+    when the API reports them (`usage.output_tokens_details.thinking_tokens`)."""
+    if usage is None:
+        return {}
+    details = getattr(usage, "output_tokens_details", None)
+    return {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens,
+            "reasoning_tokens": getattr(details, "thinking_tokens", None)}
+
+
+class AnthropicClient(NoGrammar):
     """A worker or Conductor served by Anthropic's Messages API."""
 
     def __init__(self, spec: ModelSpec) -> None:
@@ -154,17 +138,12 @@ class AnthropicClient:
         )
         self._sdk = anthropic
 
-    @property
-    def supports_grammar(self) -> bool:
-        return False
-
     def _request(self, messages: list[Message]) -> tuple[dict[str, Any], PrefillMode, bool]:
         """The keyword arguments for `messages.create`, the prefill mode, and whether a prefill
         was dropped."""
         s = self.spec
-        system = "\n\n".join(m.get("content", "") for m in messages if m.get("role") == "system")
-        turns = [{"role": m["role"], "content": m.get("content", "")}
-                 for m in messages if m.get("role") != "system"]
+        system, others = split_system(messages)
+        turns = [{"role": m["role"], "content": m.get("content", "")} for m in others]
         rest, prefill = split_prefill(turns)
         mode: PrefillMode = "none"
         dropped = False
@@ -189,12 +168,7 @@ class AnthropicClient:
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
                    sample_id: int | str = 0) -> ChatResponse:
-        if grammar is not None:
-            raise ConfigError(
-                f"Model {self.name!r} (backend 'anthropic') cannot take a grammar. Set "
-                "constrained = false for the Conductor, or use an OpenAI-compatible server "
-                "with grammar_style."
-            )
+        self.refuse_grammar(grammar)
         body, mode, dropped = self._request(messages)
         start = time.perf_counter()
         try:
@@ -204,16 +178,12 @@ class AnthropicClient:
         latency = time.perf_counter() - start
         text = "".join(getattr(block, "text", "") for block in resp.content
                        if getattr(block, "type", None) == "text")
-        usage = resp.usage
-        details = getattr(usage, "output_tokens_details", None)
         extra: dict[str, Any] = {"message_id": resp.id}
         if dropped:
             extra["prefill_dropped"] = True
         return ChatResponse(
             text=text,
-            prompt_tokens=usage.input_tokens if usage else 0,
-            completion_tokens=usage.output_tokens if usage else 0,
-            reasoning_tokens=getattr(details, "thinking_tokens", None) if details else None,
+            **_tokens(resp.usage),
             finish_reason=resp.stop_reason,
             latency_s=latency,
             model=resp.model or self.spec.model,

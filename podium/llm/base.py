@@ -11,7 +11,12 @@ import email.utils
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from podium.errors import ConfigError
+
+if TYPE_CHECKING:
+    from podium.config import ModelSpec
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
 
@@ -77,6 +82,33 @@ class ClientWrapper:
         close = getattr(self.inner, "aclose", None)
         if close is not None:
             await close()
+
+
+class NoGrammar:
+    """Base of the backends that cannot constrain decoding (the native vendor APIs, Python
+    functions): `supports_grammar` is False, and `refuse_grammar` raises the error that says
+    what to do instead when a grammar is asked for anyway."""
+
+    spec: ModelSpec
+    name: str
+
+    @property
+    def supports_grammar(self) -> bool:
+        return False
+
+    def refuse_grammar(self, grammar: str | None) -> None:
+        if grammar is not None:
+            raise ConfigError(
+                f"Model {self.name!r} (backend {self.spec.backend!r}) cannot take a grammar. "
+                "Set constrained = false for the Conductor, or use an OpenAI-compatible server "
+                "with grammar_style."
+            )
+
+
+def split_system(messages: list[Message]) -> tuple[str, list[Message]]:
+    """The system messages joined (blank line between) and the other messages, in order."""
+    system = "\n\n".join(m.get("content", "") for m in messages if m.get("role") == "system")
+    return system, [m for m in messages if m.get("role") != "system"]
 
 
 def split_prefill(messages: list[Message]) -> tuple[list[Message], str | None]:

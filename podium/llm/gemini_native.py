@@ -1,13 +1,8 @@
 """Gemini through Google's own API (google-genai SDK, `generateContent`).
 
-Install with `pip install 'podium[gemini]'`. A pool entry:
-
-    [[workers]]
-    name = "gemini"
-    backend = "gemini"
-    model = "gemini-2.5-flash"
-    api_key_env = "GEMINI_API_KEY"   # required: the key is read from this variable
-    thinking_budget = 512            # optional
+Install with `pip install 'podium[gemini]'`. A pool entry is written like the one in
+`podium.llm.anthropic_native`, with `backend = "gemini"`, a model such as "gemini-2.5-flash",
+`api_key_env` (required, e.g. "GEMINI_API_KEY") and optionally `thinking_budget`.
 
 The SDK posts to `{base_url}/{api_version}/models/{model}:generateContent` with the key in the
 `x-goog-api-key` header. `base_url` is the host root (unset: GOOGLE_GEMINI_BASE_URL, else
@@ -34,8 +29,7 @@ How podium's messages and settings map onto the API:
   `extra_body = { generationConfig = { topK = 40 } }`.
 - The SDK's retries are off (podium retries); `timeout_s` is the SDK's per-request timeout
   (`connect_timeout_s` has no separate SDK setting). Provider exceptions become `WorkerError`
-  in `worker_error` below and nowhere else; an authentication error's text is never included
-  and the key is scrubbed from every other message.
+  in `worker_error` below, as for Anthropic (the message rules are in `podium.llm.errors`).
 """
 
 from __future__ import annotations
@@ -48,21 +42,17 @@ from typing import Any
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
-from podium.llm.base import ChatResponse, Message, retry_after, split_prefill
+from podium.llm.base import (
+    ChatResponse,
+    Message,
+    NoGrammar,
+    retry_after,
+    split_prefill,
+    split_system,
+)
+from podium.llm.errors import provider_error
 
-_HINTS = {
-    "auth": "Google rejected the API key; check the variable named by api_key_env",
-    "rate_limit": "Gemini is rate-limiting (or the quota is used up); lower max_concurrency "
-    "or rpm, or retry later",
-    "transport": "could not reach {url}; check base_url and the network",
-    "context_length": "the prompt is longer than the model's context; shorten it or lower "
-    "max_tokens",
-    "server": "Gemini returned a server error; retry later",
-    "bad_request": "Gemini rejected the request; check model, sampling settings, thinking and "
-    "extra_body",
-    "empty": "Gemini returned no candidates",
-    "other": "unexpected error from the google-genai SDK",
-}
+DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 
 _CONTEXT_PATTERNS = ("exceeds the maximum number of tokens", "context length",
                      "context window", "too many tokens")
@@ -127,32 +117,26 @@ def _error_kind(errors: Any, exc: BaseException) -> str:
 
 
 def worker_error(spec: ModelSpec, exc: BaseException, secret: str | None) -> WorkerError:
-    """Convert a google-genai (or transport) exception. The key is scrubbed from the message."""
+    """Convert a google-genai (or transport) exception (`podium.llm.errors` writes the
+    message). The wait a server asks for comes from a Retry-After header, else from the
+    RetryInfo entry of the error body."""
     _, _, errors = _import_sdk()
     kind = _error_kind(errors, exc)
-    status = getattr(exc, "code", None) if isinstance(exc, errors.APIError) else None
+    url = spec.base_url or DEFAULT_BASE_URL
+    if not isinstance(exc, errors.APIError):
+        return provider_error(spec.name, kind, exc, vendor="Gemini", url=url, secret=secret)
     wait = None
-    if kind in ("rate_limit", "server") and isinstance(exc, errors.APIError):
-        response = getattr(exc, "response", None)
-        wait = retry_after(getattr(response, "headers", None))
+    if kind in ("rate_limit", "server"):
+        wait = retry_after(getattr(getattr(exc, "response", None), "headers", None))
         if wait is None:
             wait = _retry_delay(exc.details)
-    detail = _HINTS[kind].format(url=spec.base_url or "https://generativelanguage.googleapis.com")
-    if kind != "auth":  # auth messages may echo part of the key: never include them
-        raw = (exc.message or str(exc)) if isinstance(exc, errors.APIError) else str(exc)
-        if secret:
-            raw = raw.replace(secret, "***")
-        detail = f"{detail} ({type(exc).__name__}{f' {status}' if status else ''}: {raw[:300]})"
-    elif status:
-        detail = f"{detail} (HTTP {status})"
-    return WorkerError(spec.name, kind, detail, status=status,  # type: ignore[arg-type]
-                       retry_after=wait)
+    return provider_error(spec.name, kind, exc, vendor="Gemini", url=url, secret=secret,
+                          status=exc.code, retry_after=wait, raw=exc.message or str(exc))
 
 
 def _contents(messages: list[Message]) -> tuple[list[dict[str, Any]], str | None, bool]:
     """Gemini `contents`, the system instruction, and whether a prefill was folded in."""
-    system = "\n\n".join(m.get("content", "") for m in messages if m.get("role") == "system")
-    turns = [m for m in messages if m.get("role") != "system"]
+    system, turns = split_system(messages)
     rest, prefill = split_prefill(turns)
     contents = [{"role": "model" if m.get("role") == "assistant" else "user",
                  "parts": [{"text": m.get("content", "")}]} for m in rest]
@@ -165,7 +149,7 @@ def _contents(messages: list[Message]) -> tuple[list[dict[str, Any]], str | None
     return contents, system or None, bool(prefill)
 
 
-class GeminiClient:
+class GeminiClient(NoGrammar):
     """A worker or Conductor served by the Gemini API."""
 
     def __init__(self, spec: ModelSpec) -> None:
@@ -209,18 +193,9 @@ class GeminiClient:
                                                              include_thoughts=False)
         return fields
 
-    @property
-    def supports_grammar(self) -> bool:
-        return False
-
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
                    sample_id: int | str = 0) -> ChatResponse:
-        if grammar is not None:
-            raise ConfigError(
-                f"Model {self.name!r} (backend 'gemini') cannot take a grammar. Set "
-                "constrained = false for the Conductor, or use an OpenAI-compatible server "
-                "with grammar_style."
-            )
+        self.refuse_grammar(grammar)
         contents, system, prefilled = _contents(messages)
         config = self._config
         if system is not None:
@@ -239,7 +214,7 @@ class GeminiClient:
                 raise WorkerError(self.name, "bad_request",
                                   f"Gemini blocked the prompt ({_enum_text(reason)}); "
                                   "rephrase it or adjust safety settings via extra_body")
-            raise WorkerError(self.name, "empty", _HINTS["empty"])
+            raise WorkerError(self.name, "empty", "Gemini returned no candidates")
         candidate = resp.candidates[0]
         parts = candidate.content.parts if candidate.content and candidate.content.parts else []
         text = "".join(p.text for p in parts if p.text and not p.thought)

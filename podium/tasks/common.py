@@ -1,5 +1,6 @@
 """Plumbing every task shares: the reference splits, seeded samples, file readers, the
-answer-format line, and `TaskBase` (path resolution, cached items, split/n/seed loading).
+answer-format line, `TaskBase` (path resolution, cached items, split/n/seed loading) and
+`ChoiceTask` (the four-option question format and grader of MMLU and GPQA).
 
 Splits follow the reference code (PAPER.md §8.1): shuffle `range(n)` with `random.Random(42)`;
 test is the first 20%, valid the next 20%, train the rest. Files that are a benchmark's whole
@@ -223,6 +224,29 @@ class TaskBase:
 
     def close(self) -> None:
         """Release resources a task holds (process pools); safe to call more than once."""
+
+
+@dataclass(kw_only=True)
+class ChoiceTask(TaskBase):
+    """A four-option multiple-choice task (MMLU, GPQA): each item has `meta["choices"]` and a
+    gold letter. Subclasses give the line that introduces the question (`header`); the options
+    follow as "A. text" lines, then the choice rules. Grading wants the letter in the answer
+    tags; `legacy=True` reproduces the reference's first-letter scan (D12)."""
+
+    legacy: bool = False
+
+    def header(self, item: Item) -> str:
+        raise NotImplementedError(f"{type(self).__name__} must define header")
+
+    def format(self, item: Item) -> str:
+        return compose(self.header(item), item.question, format_choices(item.meta["choices"]),
+                       CHOICE_RULES)
+
+    async def grade(self, item: Item, response: str | None) -> Grade:
+        from podium.scoring.choice import grade_choice
+
+        return grade_choice(response, item.gold, letters=LETTERS, legacy=self.legacy,
+                            require_tag=True)
 
 
 def format_choices(choices: Sequence[str], letters: str = LETTERS) -> str:

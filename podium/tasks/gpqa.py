@@ -15,27 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from podium.errors import ConfigError
-from podium.scoring.base import Grade
 from podium.tasks.base import Item
-from podium.tasks.common import (
-    CHOICE_RULES,
-    LETTERS,
-    TaskBase,
-    compose,
-    format_choices,
-    read_records,
-    stable_hash,
-)
+from podium.tasks.common import LETTERS, ChoiceTask, read_records, stable_hash
 
 ANSWER_COLUMNS = ("Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2",
                   "Incorrect Answer 3")
 
 
 @dataclass(kw_only=True)
-class GPQATask(TaskBase):
+class GPQATask(ChoiceTask):
     name: str = "gpqa"
     choice_seed: int = 0
-    legacy: bool = False
 
     def read_items(self, path: Path) -> list[Item]:
         items = []
@@ -57,16 +47,5 @@ class GPQATask(TaskBase):
                                     "subdomain": str(row.get("Subdomain") or "").strip()}))
         return items
 
-    def format(self, item: Item) -> str:
-        return compose(
-            "Answer the following multiple-choice science question.",
-            item.question,
-            format_choices(item.meta["choices"]),
-            CHOICE_RULES,
-        )
-
-    async def grade(self, item: Item, response: str | None) -> Grade:
-        from podium.scoring.choice import grade_choice
-
-        return grade_choice(response, item.gold, letters=LETTERS, legacy=self.legacy,
-                            require_tag=True)
+    def header(self, item: Item) -> str:
+        return "Answer the following multiple-choice science question."

@@ -11,7 +11,8 @@ paper's in-domain test is a whole shard (`release_v6`, split="all").
 
 A problem is solved when every public and private test passes: "stdin" tests run the answer as
 a program (`grade_program_io`), "functional" tests call the method `metadata.func_name` of its
-`Solution` class with one JSON value per input line (`grade_function_call`).
+`Solution` class with one JSON value per input line (`grade_function_call`). Both run the
+answer after the harness's import header (`podium.scoring.code.LCB_PRELUDE`).
 `legacy_blacklist=True` adds the reference's substring screen (D11).
 """
 
@@ -72,19 +73,6 @@ def parse_metadata(value: Any) -> dict[str, Any]:
         return data if isinstance(data, dict) else {}
     return {}
 
-
-# What the LiveCodeBench harness puts before every solution (LeetCode starter code uses `List`
-# and friends without importing them).
-LCB_IMPORTS = "\n".join([
-    *(f"from {m} import *" for m in (
-        "string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random",
-        "statistics", "itertools", "functools", "operator", "io", "sys", "json", "builtins",
-        "typing")),
-    *(f"import {m}" for m in (
-        "string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random",
-        "statistics", "itertools", "functools", "operator", "io", "sys", "json")),
-    "sys.setrecursionlimit(50000)",
-]) + "\n\n"
 
 STDIN_RULES = """\
 Answer rules: write a complete Python 3 program that reads the input from standard input and \
@@ -188,7 +176,6 @@ class LiveCodeBenchTask(TaskBase):
         hit = legacy_blacklist_match(code) if self.legacy_blacklist else None
         if hit is not None:  # the reference screens the model's code, not the harness header
             return Grade.of(False, code, "legacy_blacklist", pattern=hit)
-        program = LCB_IMPORTS + code
         tests = self.tests(item)
         if not tests:
             raise ValueError(f"livecodebench {item.id}: the item has no tests")
@@ -201,7 +188,7 @@ class LiveCodeBenchTask(TaskBase):
         limits = default_limits(self.limits if self.limits is not None else LCB_LIMITS)
         grade: Grade | None = None
         if stdin:
-            grade = await grade_program_io(program, stdin, limits=limits)
+            grade = await grade_program_io(code, stdin, limits=limits)
             if not grade.correct:
                 return replace(grade, extracted=code)
         if functional:
@@ -211,5 +198,5 @@ class LiveCodeBenchTask(TaskBase):
                                   "metadata.func_name")
             calls = [([json.loads(line) for line in str(t["input"]).split("\n") if line.strip()],
                       json.loads(t["output"])) for t in functional]
-            grade = await grade_function_call(program, func_name, calls, limits=limits)
+            grade = await grade_function_call(code, func_name, calls, limits=limits)
         return replace(grade, extracted=code)  # type: ignore[arg-type]  # a branch ran

@@ -19,17 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from podium.errors import ConfigError
-from podium.scoring.base import Grade
 from podium.tasks.base import Item
-from podium.tasks.common import (
-    CHOICE_RULES,
-    LETTERS,
-    SPLIT_ALIASES,
-    TaskBase,
-    compose,
-    format_choices,
-    read_records,
-)
+from podium.tasks.common import LETTERS, SPLIT_ALIASES, ChoiceTask, read_records
 
 PAPER_TEST_SIZE = 1531
 PAPER_SEED = 42
@@ -41,9 +32,8 @@ def subject_key(topic: str) -> str:
 
 
 @dataclass(kw_only=True)
-class MMLUTask(TaskBase):
+class MMLUTask(ChoiceTask):
     name: str = "mmlu"
-    legacy: bool = False
     paper_test_size: int = PAPER_TEST_SIZE
 
     default_file = "mmlu/test.jsonl"
@@ -76,16 +66,5 @@ class MMLUTask(TaskBase):
                               "or 'paper_test'); auxiliary_train and validation are not shipped")
         return super().split_items(split)
 
-    def format(self, item: Item) -> str:
-        return compose(
-            f"The following is a multiple-choice question about {item.meta['subject']}.",
-            item.question,
-            format_choices(item.meta["choices"]),
-            CHOICE_RULES,
-        )
-
-    async def grade(self, item: Item, response: str | None) -> Grade:
-        from podium.scoring.choice import grade_choice
-
-        return grade_choice(response, item.gold, letters=LETTERS, legacy=self.legacy,
-                            require_tag=True)
+    def header(self, item: Item) -> str:
+        return f"The following is a multiple-choice question about {item.meta['subject']}."

@@ -396,6 +396,45 @@ def test_livecodebench_grading_needs_every_public_and_private_test(tmp_path):
     assert fixed.correct and not screened.correct and screened.reason == "legacy_blacklist"
 
 
+def test_livecodebench_runs_the_answer_after_one_import_header(tmp_path, monkeypatch):
+    code = scoring("code")
+    t = get_task("livecodebench", path=lcb_file(tmp_path))
+    stdin_item, fn_item = t.load(split="all")
+    programs = []
+    real_run = code.arun_python
+
+    async def capture(program, **kwargs):  # the harness sends the answer as solution.py
+        programs.append(kwargs.get("files", {}).get("solution.py", program))
+        return await real_run(program, **kwargs)
+
+    monkeypatch.setattr(code, "arun_python", capture)
+    add = "a, b = map(int, input().split())\nprint(a + b)"
+    max_plus = ("class Solution:\n    def maxPlus(self, nums: List[int], k: int) -> int:\n"
+                "        return max(nums) + k")
+    grades = run(grade_all(t, [(stdin_item, f"<answer>{add}</answer>"),
+                               (fn_item, f"<answer>{max_plus}</answer>")]))
+    assert [g.correct for g in grades] == [True, True], grades
+    assert len(programs) == 4  # three stdin tests, one harness run for the three calls
+    for program in programs:
+        assert program.count("sys.setrecursionlimit(50000)") == 1, program
+        assert program.count("from heapq import *") == 1, program
+
+
+def test_livecodebench_future_import_and_unimported_names_pass(tmp_path):
+    scoring("code")
+    t = get_task("livecodebench", path=lcb_file(tmp_path))
+    _, fn_item = t.load(split="all")
+    answer = ("from __future__ import annotations\n\n"
+              "class Solution:\n"
+              "    def maxPlus(self, nums: List[int], k: int) -> int:\n"
+              "        heap = [-n for n in nums]\n"
+              "        heapq.heapify(heap)\n"
+              "        return -heappop(heap) + k\n")
+    grade = run(t.grade(fn_item, f"<answer>\n{answer}</answer>"))
+    assert grade.correct, grade
+    assert grade.extracted.startswith("from __future__ import annotations")
+
+
 # ----------------------------------------------------------------------------- GPQA
 def gpqa_file(tmp_path):
     path = tmp_path / "gpqa_diamond.csv"
