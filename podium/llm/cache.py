@@ -48,6 +48,8 @@ def cache_key(spec: ModelSpec, messages: list[Message] | list[dict], *, grammar:
     material: dict[str, Any] = {"v": FORMAT_VERSION, "backend": spec.backend, "model": spec.model,
                                 "messages": messages, "grammar": grammar, "sample_id": sample_id}
     material.update({k: getattr(spec, k) for k in _SAMPLING})
+    if spec.prefill != "message":  # keyed only when set, so that earlier keys stay valid
+        material.update(prefill=spec.prefill, chat_template=spec.chat_template)
     if spec.backend == "function":
         material["function"] = spec.function
     blob = json.dumps(material, sort_keys=True, ensure_ascii=False, separators=(",", ":"))

@@ -2,9 +2,10 @@
 
 Providers are data: a pool entry gives the base URL, model name, the environment variable that
 holds the key, and sampling settings. The key is sent only to that entry's base URL and never
-appears in an error message. Provider exceptions become `WorkerError` here and nowhere else,
-with the HTTP status and the server's Retry-After when there are any. The SDK's own retries
-are off: `podium.llm.reliable.ReliableClient` retries, and records every attempt.
+appears in an error message. Provider exceptions become `WorkerError` in `worker_error` (the
+message is written by `podium.llm.errors`), with the HTTP status and the server's Retry-After
+when there are any. The SDK's own retries are off: `podium.llm.reliable.ReliableClient`
+retries, and records every attempt.
 """
 
 from __future__ import annotations
@@ -14,62 +15,28 @@ import time
 from typing import Any
 
 import openai
+from openai.types import Completion
 from openai.types.chat import ChatCompletion
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
 from podium.llm.base import ChatResponse, Message, PrefillMode, retry_after
+from podium.llm.chat_template import load_chat_template
+from podium.llm.errors import provider_error, sdk_error_kind
 
 
 def _error_kind(exc: Exception) -> str:
-    # A reply that is not valid JSON (e.g. cut off): the SDK raises json.JSONDecodeError itself,
-    # or APIResponseValidationError with strict validation. Asking again may well work.
-    if isinstance(exc, json.JSONDecodeError | openai.APIResponseValidationError):
-        return "server"
-    if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
-        return "auth"
-    if isinstance(exc, openai.RateLimitError):
-        return "rate_limit"
-    if isinstance(exc, openai.APITimeoutError | openai.APIConnectionError):
-        return "transport"
-    if isinstance(exc, openai.BadRequestError):
-        text = str(exc).lower()
-        return "context_length" if "context" in text and "length" in text else "bad_request"
-    if isinstance(exc, openai.InternalServerError):
-        return "server"
-    if isinstance(exc, openai.APIStatusError):
-        return "server" if exc.status_code >= 500 else "bad_request"
-    return "other"
-
-
-_HINTS = {
-    "auth": "the endpoint rejected the API key; check the variable named by api_key_env",
-    "rate_limit": "the endpoint is rate-limiting; lower max_concurrency or retry later",
-    "transport": "could not reach {url}; check base_url and that the server is running",
-    "context_length": "the prompt is longer than the model's context; lower max_tokens or "
-    "use a model with a longer context",
-    "server": "the endpoint returned a server error; retry later",
-    "bad_request": "the endpoint rejected the request; check model and sampling settings",
-    "other": "unexpected error",
-}
+    return sdk_error_kind(openai, exc, lambda text: "context" in text and "length" in text)
 
 
 def worker_error(spec: ModelSpec, exc: Exception, secret: str | None) -> WorkerError:
-    """Convert a provider exception. The key (if any) is scrubbed from the message."""
-    kind = _error_kind(exc)
+    """Convert a provider exception (`podium.llm.errors` writes the message, key scrubbed)."""
     status = getattr(exc, "status_code", None)
     response = getattr(exc, "response", None)
-    wait = retry_after(getattr(response, "headers", None))
-    detail = _HINTS[kind].format(url=spec.base_url)
-    if kind not in ("auth",):  # auth messages may echo part of the key: never include them
-        raw = str(exc)
-        if secret:
-            raw = raw.replace(secret, "***")
-        detail = f"{detail} ({type(exc).__name__}{f' {status}' if status else ''}: {raw[:300]})"
-    elif status:
-        detail = f"{detail} (HTTP {status})"
-    return WorkerError(spec.name, kind, detail,  # type: ignore[arg-type]
-                       status=status if isinstance(status, int) else None, retry_after=wait)
+    return provider_error(spec.name, _error_kind(exc), exc, vendor="the endpoint",
+                          url=spec.base_url, secret=secret,
+                          status=status if isinstance(status, int) else None,
+                          retry_after=retry_after(getattr(response, "headers", None)))
 
 
 class OpenAICompatClient:
@@ -93,7 +60,10 @@ class OpenAICompatClient:
     def _request(self, messages: list[Message], grammar: str | None) -> dict[str, Any]:
         """The request body. Provider quirks come from the pool entry's profile settings:
         `max_tokens_param` (max_completion_tokens for OpenAI reasoning models),
-        `reasoning_effort`, and `thinking` (Qwen3-style chat_template_kwargs.enable_thinking)."""
+        `reasoning_effort`, `thinking` (Qwen3-style chat_template_kwargs.enable_thinking) and,
+        when the last message is an assistant prefill, `prefill`: `continue` adds vLLM's
+        continue_final_message/add_generation_prompt fields, `completions` makes it a
+        `/v1/completions` body whose `prompt` is the rendered chat template plus the prefill."""
         s = self.spec
         body: dict[str, Any] = {"model": s.model, "messages": messages}
         for key in ("temperature", "top_p", "stop", "seed", "reasoning_effort"):
@@ -117,22 +87,38 @@ class OpenAICompatClient:
                     f"Model {s.name!r} cannot take a grammar: set grammar_style = \"llama_cpp\" "
                     "or \"vllm\" for it in the pool file, or set constrained = false."
                 )
+        prefilled = bool(messages) and messages[-1]["role"] == "assistant"
+        if prefilled and s.prefill == "continue":
+            extra["continue_final_message"] = True
+            extra["add_generation_prompt"] = False
+        elif prefilled and s.prefill == "completions":
+            # rendered here: the chat template's variables are not request fields
+            template = load_chat_template(s.chat_template or "")
+            kwargs = extra.pop("chat_template_kwargs", None) or {}
+            del body["messages"]
+            body["prompt"] = template.render(messages, **kwargs)
+            if template.eos_token:
+                body["stop"] = [*(s.stop or []), template.eos_token]
         return {**body, **extra}  # the wire body: extra fields sit beside the standard ones
 
     def _prefill_mode(self, messages: list[Message]) -> PrefillMode:
         if not messages or messages[-1]["role"] != "assistant":
             return "none"
-        return "continued" if self.spec.extra_body.get("continue_final_message") else "as_message"
+        if self.spec.prefill != "message" or self.spec.extra_body.get("continue_final_message"):
+            return "continued"
+        return "as_message"
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
                    sample_id: int | str = 0) -> ChatResponse:
         body = self._request(messages, grammar)
+        # a `prompt` body is a prefill to continue on /completions (`prefill = "completions"`)
+        path, cast = (("/completions", Completion) if "prompt" in body
+                      else ("/chat/completions", ChatCompletion))
         start = time.perf_counter()
         try:
             # the body is already in wire form: post it as is, skipping the SDK's per-call
             # parameter conversion (a quarter of the client's CPU per call under load)
-            resp = await self._client.post("/chat/completions", body=body,
-                                           cast_to=ChatCompletion)
+            resp = await self._client.post(path, body=body, cast_to=cast)
         except (openai.OpenAIError, json.JSONDecodeError) as exc:
             raise worker_error(self.spec, exc, self._key) from None
         latency = time.perf_counter() - start
@@ -145,7 +131,7 @@ class OpenAICompatClient:
         usage = resp.usage
         details = getattr(usage, "completion_tokens_details", None) if usage else None
         return ChatResponse(
-            text=choice.message.content or "",
+            text=(choice.text if isinstance(resp, Completion) else choice.message.content) or "",
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
             reasoning_tokens=getattr(details, "reasoning_tokens", None) if details else None,
