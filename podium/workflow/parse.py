@@ -22,7 +22,11 @@ Algorithm (after the paper's reference code):
    else a naive comma split (quotes and spaces stripped, digit items become ints).
 5. Validate, first failure wins: no list at all -> unparseable; all empty -> empty; lengths
    differ -> length_mismatch; more than `max_steps` -> too_many_steps; model ids ->
-   bad_model_id; subtasks -> unparseable; access entries -> bad_access.
+   bad_model_id; subtasks -> unparseable; access entries -> bad_access (an entry that is not
+   "all", [] or, in ``access_mode="indices"``, earlier step positions); then, only with
+   ``require_cover=True`` in ``access_mode="indices"``, the cover rule (PAPER.md §4.3) ->
+   bad_access: every step but the last must be seen by some later step ("all" at step i sees
+   steps 0..i-1).
 """
 
 from __future__ import annotations
@@ -203,6 +207,18 @@ def _access(entry: Any, i: int, mode: str) -> Access:
     return tuple(sorted(set(indices)))  # type: ignore[arg-type]
 
 
+def _check_cover(workflow: Workflow) -> None:
+    """bad_access unless every step but the last is seen by some later step."""
+    seen = set().union(*workflow.dependencies())
+    unseen = [j for j in range(len(workflow) - 1) if j not in seen]
+    if unseen:
+        raise WorkflowParseError(
+            "bad_access",
+            f"no later step sees step(s) {unseen}; every step but the last must be named in a "
+            "later step's access entry or be covered by a later step's all",
+        )
+
+
 def parse_workflow(
     text: str,
     *,
@@ -210,8 +226,13 @@ def parse_workflow(
     max_steps: int | None = 5,
     access_mode: Literal["indices", "binary"] = "indices",
     allowed_workers: Collection[int] | None = None,
+    require_cover: bool = False,
 ) -> Workflow:
-    """Parse the Conductor's output into a Workflow; raise WorkflowParseError if it is not one."""
+    """Parse the Conductor's output into a Workflow; raise WorkflowParseError if it is not one.
+
+    `require_cover` applies the positional-access cover rule (PAPER.md §4.3) when
+    `access_mode` is ``"indices"``; it has no effect in ``"binary"`` mode.
+    """
     clean = _normalise(text)
     spans = {name: _find_list(clean, label) for name, label in _LABELS.items()}
     if all(span is None for span in spans.values()):
@@ -231,4 +252,9 @@ def parse_workflow(
     workers = _model_ids(raw_ids, num_workers, allowed_workers)
     tasks = _subtasks(raw_tasks)
     access = [_access(entry, i, access_mode) for i, entry in enumerate(raw_access)]
-    return Workflow(tuple(Step(w, t, a) for w, t, a in zip(workers, tasks, access, strict=True)))
+    workflow = Workflow(
+        tuple(Step(w, t, a) for w, t, a in zip(workers, tasks, access, strict=True))
+    )
+    if require_cover and access_mode == "indices":
+        _check_cover(workflow)
+    return workflow

@@ -13,6 +13,15 @@ the completion, a new user turn shows the final answer of the previous round (an
 ``v2``, the previous workflow), and a new assistant prefill opens the next plan. Writing three
 empty lists keeps the answer; anything else is a new workflow.
 
+The few-shot examples are fitted to the pool the Conductor is shown: an example whose worker
+ids are not all in the pool has them moved onto the pool's ids (`fit_example_ids`), and an
+example longer than the step limit is left out, so no prompt shows an id outside the pool or a
+plan longer than allowed. The paper's 7-worker pool sees the examples as written. The recursion
+templates' examples are fitted the same way.
+
+The previous answer shown in a recursion round is cropped (head and tail kept) only when the
+estimated size of the whole prompt (`estimate_tokens`) would pass `max_prompt_tokens`.
+
 Prompt versions and few-shot sets live in small registries (`PROMPTS`, `FEWSHOT_SETS`) so that
 the ablations (other few-shot sets, no examples, recursion templates) are a name away. All
 wording here is podium's own; the few-shot questions are written for podium and come from none
@@ -21,17 +30,30 @@ of the benchmarks it evaluates.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from podium.errors import ConfigError
+from podium.workflow.fewshots import (
+    DEFAULT_FEWSHOTS,
+    FEWSHOT_SETS,
+    FewShot,
+    fit_example_ids,
+    format_examples,
+)
 from podium.workflow.types import Workflow
 
 PoolDisplay = Literal["masked", "names", "descriptions"]
 POOL_DISPLAYS: tuple[str, ...] = ("masked", "names", "descriptions")
 
 CROP_NOTE = "[... cropped]"
+_CROP_JOIN_CHARS = len(CROP_NOTE) + 2  # crop_answer joins head and tail with "\n[... cropped]\n"
+
+CHARS_PER_TOKEN = 3
+MESSAGE_OVERHEAD_TOKENS = 8  # role markers and separators a chat template adds per message
+DEFAULT_MAX_PROMPT_TOKENS = 16_000  # the reference code's recursion prompt limit (PAPER.md §10)
+MIN_ANSWER_CHARS = 200
 
 
 # --------------------------------------------------------------------------------------------
@@ -78,105 +100,11 @@ def format_pool(pool: Sequence[PoolEntry], display: PoolDisplay = "masked") -> s
 
 
 # --------------------------------------------------------------------------------------------
-# Few-shot examples
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FewShot:
-    """A worked example: a question, a short plan in prose, and the workflow it leads to."""
-
-    question: str
-    plan: str
-    workflow: Workflow
-
-    def render(self) -> str:
-        return f"Question: {self.question}\nPlan: {self.plan}\n{self.workflow.to_text()}"
-
-
-_OOD: tuple[FewShot, ...] = (
-    FewShot(
-        question="Using each of 4, 7, 8 and 8 exactly once with + - * /, write an expression "
-        "equal to 24.",
-        plan="One model can brainstorm candidates and another can check them. "
-        "The first model then writes the verified expression as the final answer.",
-        workflow=Workflow.of(
-            [
-                (0, "Propose three candidate expressions that use 4, 7, 8 and 8 once each.", ()),
-                (2, "Check each candidate's arithmetic and say which ones equal 24.", "all"),
-                (0, "Return one expression that equals 24 in <answer> tags.", "all"),
-            ]
-        ),
-    ),
-    FewShot(
-        question="A 58-year-old man has had crushing chest pain for 40 minutes, with sweating "
-        "and ST elevation in leads II, III and aVF. Which coronary artery is most likely "
-        "blocked?",
-        plan="Two models should read the vignette independently so their errors do not "
-        "overlap. A third compares both readings and settles on one artery.",
-        workflow=Workflow.of(
-            [
-                (1, "List the key findings and what each suggests about the diagnosis.", ()),
-                (0, "Name the likely diagnosis and the blocked artery, with one reason.", ()),
-                (
-                    2,
-                    "Compare the two analyses, resolve any disagreement and give the artery "
-                    "in <answer> tags.",
-                    "all",
-                ),
-            ]
-        ),
-    ),
-    FewShot(
-        question="Find the limit of (e^x - 1 - x) / x^2 as x approaches 0.",
-        plan="Two different methods give an independent cross-check. A third model looks for "
-        "mistakes, and a last one states the value.",
-        workflow=Workflow.of(
-            [
-                (6, "Evaluate the limit with L'Hopital's rule, showing each step.", ()),
-                (5, "Evaluate the limit with the Taylor series of e^x.", ()),
-                (3, "Compare both derivations and point out any error.", "all"),
-                (2, "Give the final value of the limit in <answer> tags.", "all"),
-            ]
-        ),
-    ),
-    FewShot(
-        question="Using each of 9, 5, 12 and 2 exactly once with + - * /, reach 85.",
-        plan="Start with a quick search, then have a second model verify and fix it. "
-        "A third model confirms the result and formats the answer.",
-        workflow=Workflow.of(
-            [
-                (3, "Search for an expression equal to 85; show two attempts.", ()),
-                (4, "Verify the attempts and fix any that miss 85 or reuse a number.", "all"),
-                (5, "Confirm one correct expression and give it in <answer> tags.", "all"),
-            ]
-        ),
-    ),
-)
-
-FEWSHOT_SETS: dict[str, tuple[FewShot, ...]] = {
-    "ood": _OOD,
-    "none": (),
-}
-DEFAULT_FEWSHOTS = "ood"
-
-
-def format_examples(fewshots: str) -> str:
-    """The few-shot block for the routing template; ``""`` for the set ``none``."""
-    if fewshots not in FEWSHOT_SETS:
-        raise ConfigError(
-            f"unknown few-shot set {fewshots!r}; known sets: {', '.join(sorted(FEWSHOT_SETS))}"
-        )
-    examples = FEWSHOT_SETS[fewshots]
-    if not examples:
-        return ""
-    parts = [f"Example {i + 1}\n{ex.render()}" for i, ex in enumerate(examples)]
-    return "Examples of good plans:\n\n" + "\n\n".join(parts) + "\n\n"
-
-
-# --------------------------------------------------------------------------------------------
 # Prompt versions
 # --------------------------------------------------------------------------------------------
+
+
+RecursionTemplate = Callable[[Sequence[int] | None, int | None], str]  # (shown ids, max steps)
 
 
 @dataclass(frozen=True)
@@ -184,15 +112,28 @@ class ConductorPrompt:
     """One version of the Conductor's wording.
 
     `template` takes the ``str.format`` fields ``{max_steps}``, ``{examples}``, ``{question}``
-    and ``{models}``. Each recursion template takes ``{answer}``; ``v2`` also ``{workflow}``.
+    and ``{models}``. Each recursion template is built at call time from the shown worker ids
+    and the step limit (its examples use the ids, None shows them as written, and leave out
+    plans longer than the limit) and then takes the ``str.format`` field ``{answer}``; ``v2``
+    also ``{workflow}``.
     """
 
     name: str
     system: str
     template: str
     prefill: str
-    recursion: dict[str, str] = field(default_factory=dict)
+    recursion: dict[str, RecursionTemplate] = field(default_factory=dict)
     recursion_prefill: str = ""
+
+    def recursion_text(self, template: str, shown_ids: Sequence[int] | None = None,
+                       max_steps: int | None = None) -> str:
+        """The recursion template `template` for a pool showing `shown_ids`."""
+        if template not in self.recursion:
+            raise ConfigError(
+                f"unknown recursion template {template!r}; known templates: "
+                f"{', '.join(sorted(self.recursion))}"
+            )
+        return self.recursion[template](shown_ids, max_steps)
 
 
 _SYSTEM_V1 = (
@@ -278,20 +219,37 @@ _REATTEMPT = Workflow.of(
     ]
 )
 
-_RECURSION_EXAMPLES = f"""
 
-Examples.
-Keep the answer as it is:
-{_EMPTY_LISTS}
-Have one model verify the previous work:
-{_VERIFY_ONCE.to_text()}
-Re-attempt with two models:
-{_REATTEMPT.to_text()}"""
+_RECURSION_EXAMPLE_LABELS = ("Have one model verify the previous work:",
+                             "Re-attempt with two models:")
 
-_RECURSION_V1 = {
-    "v0": _RECURSION_HEAD + _RECURSION_RULES,
-    "v1": _RECURSION_HEAD + _RECURSION_RULES + _RECURSION_EXAMPLES,
-    "v2": _RECURSION_HEAD + _RECURSION_WORKFLOW + _RECURSION_RULES + _RECURSION_EXAMPLES,
+
+def _recursion_examples(shown_ids: Sequence[int] | None, max_steps: int | None) -> str:
+    parts = ["Keep the answer as it is:", _EMPTY_LISTS]
+    for j, (label, wf) in enumerate(zip(_RECURSION_EXAMPLE_LABELS, (_VERIFY_ONCE, _REATTEMPT),
+                                        strict=True)):
+        if max_steps is None or len(wf) <= max_steps:
+            parts += [label, fit_example_ids(wf, shown_ids, j).to_text()]
+    return "\n\nExamples.\n" + "\n".join(parts)
+
+
+def _recursion_v0(shown_ids: Sequence[int] | None, max_steps: int | None) -> str:
+    return _RECURSION_HEAD + _RECURSION_RULES
+
+
+def _recursion_v1(shown_ids: Sequence[int] | None, max_steps: int | None) -> str:
+    return _RECURSION_HEAD + _RECURSION_RULES + _recursion_examples(shown_ids, max_steps)
+
+
+def _recursion_v2(shown_ids: Sequence[int] | None, max_steps: int | None) -> str:
+    return (_RECURSION_HEAD + _RECURSION_WORKFLOW + _RECURSION_RULES
+            + _recursion_examples(shown_ids, max_steps))
+
+
+_RECURSION_V1: dict[str, RecursionTemplate] = {
+    "v0": _recursion_v0,
+    "v1": _recursion_v1,
+    "v2": _recursion_v2,
 }
 
 _RECURSION_PREFILL_V1 = (
@@ -338,17 +296,20 @@ def conductor_messages(
 ) -> list[dict[str, str]]:
     """The root-round messages: system, user (the filled template), assistant (the prefill).
 
+    The few-shot examples are fitted to the pool's ids and to `max_steps` (`format_examples`).
+
     The last message is an open assistant turn: render it with the chat template's
     "continue the final message" option so the model carries on from the prefill.
     """
     if max_steps < 1:
         raise ConfigError(f"max_steps must be at least 1, got {max_steps}")
     p = get_prompt(prompt)
+    models = format_pool(pool, display)
+    examples = format_examples(
+        fewshots, shown_ids=[entry.id for entry in pool], max_steps=max_steps
+    )
     user = p.template.format(
-        max_steps=max_steps,
-        examples=format_examples(fewshots),
-        question=question.strip(),
-        models=format_pool(pool, display),
+        max_steps=max_steps, examples=examples, question=question.strip(), models=models
     )
     return [
         {"role": "system", "content": p.system},
@@ -357,16 +318,53 @@ def conductor_messages(
     ]
 
 
+def estimate_tokens(text: str) -> int:
+    """An estimate of the tokens in `text`: one per `CHARS_PER_TOKEN` (3) characters, rounded up.
+
+    Tokenizers give English prose about 4 characters a token and code about 3 to 3.5, so the
+    estimate errs on the long side for both; it can fall short for text with many non-Latin
+    characters or emoji. No tokenizer is loaded, so it costs nothing and fits any worker.
+    """
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def estimate_messages_tokens(messages: Sequence[dict[str, str]]) -> int:
+    """`estimate_tokens` of every message's content plus `MESSAGE_OVERHEAD_TOKENS` each."""
+    return sum(estimate_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+
+
 def crop_answer(answer: str, max_chars: int | None) -> str:
     """Keep at most `max_chars` characters of `answer`: its head and its tail (where a final
     ``<answer>`` tag usually sits), joined by a ``[... cropped]`` note."""
     if max_chars is not None and max_chars < 1:
-        raise ConfigError(f"max_answer_chars must be positive or None, got {max_chars}")
+        raise ConfigError(f"max_chars must be positive or None, got {max_chars}")
     if max_chars is None or len(answer) <= max_chars:
         return answer
     head = max_chars // 2
     tail = max_chars - head
     return f"{answer[:head]}\n{CROP_NOTE}\n{answer[len(answer) - tail :]}"
+
+
+def _fit_answer(
+    answer: str, user: Callable[[str], str], other_tokens: int, max_prompt_tokens: int | None
+) -> str:
+    """`answer`, cropped just enough that `other_tokens` + the estimate of `user(answer)` fits
+    `max_prompt_tokens`, but to no fewer than `MIN_ANSWER_CHARS` characters."""
+    if max_prompt_tokens is None:
+        return answer
+    if max_prompt_tokens < 1:
+        raise ConfigError(f"max_prompt_tokens must be positive or None, got {max_prompt_tokens}")
+    if other_tokens + estimate_tokens(user(answer)) <= max_prompt_tokens:
+        return answer
+    room = CHARS_PER_TOKEN * (max_prompt_tokens - other_tokens) - len(user(""))
+    return crop_answer(answer, max(room - _CROP_JOIN_CHARS, MIN_ANSWER_CHARS))
+
+
+def _close_turn(prefill: str, completion: str) -> dict[str, str]:
+    """The previous assistant turn: its prefill continued by `completion`."""
+    # The model continued the prefill token by token; keep the two apart if it did not.
+    sep = "" if not completion or prefill[-1:].isspace() or completion[:1].isspace() else "\n"
+    return {"role": "assistant", "content": prefill + sep + completion}
 
 
 def recursion_messages(
@@ -377,57 +375,68 @@ def recursion_messages(
     prompt: str = DEFAULT_PROMPT,
     template: str = DEFAULT_RECURSION,
     workflow_text: str = "",
-    max_answer_chars: int | None = 4000,
+    shown_ids: Sequence[int] | None = None,
+    max_steps: int | None = None,
+    max_prompt_tokens: int | None = DEFAULT_MAX_PROMPT_TOKENS,
 ) -> list[dict[str, str]]:
     """The messages of a recursion round.
 
     `previous` is the previous round's messages, ending with its assistant prefill. That turn
     is closed as prefill + `completion` (one assistant message); a user turn follows with the
-    recursion template filled with `answer` (cropped to `max_answer_chars`) and, for ``v2``,
-    `workflow_text`; a new assistant prefill opens the next plan.
+    recursion template (its examples fitted to `shown_ids`, None = as written, and to
+    `max_steps`) filled with
+    `answer` and, for ``v2``, `workflow_text`; a new assistant prefill opens the next plan.
+
+    The answer is shown whole unless `estimate_messages_tokens` of all the messages would pass
+    `max_prompt_tokens` (None: never crop). Then its middle is cropped, head and tail kept, just
+    enough to fit; if even an empty answer would not fit, `MIN_ANSWER_CHARS` characters of it
+    are kept and the prompt stays over the limit (the backend's context error then says so).
     """
     if not previous or previous[-1].get("role") != "assistant":
         raise ValueError("`previous` must end with the assistant prefill of the previous round")
     p = get_prompt(prompt)
-    if template not in p.recursion:
-        raise ConfigError(
-            f"unknown recursion template {template!r}; known templates: "
-            f"{', '.join(sorted(p.recursion))}"
-        )
-    text = p.recursion[template]
+    text = p.recursion_text(template, shown_ids, max_steps)
     if "{workflow}" in text and not workflow_text.strip():
         raise ConfigError(
             f"recursion template {template!r} shows the previous workflow; pass workflow_text"
         )
-    prefill = previous[-1]["content"]
-    # The model continued the prefill token by token; keep the two apart if it did not.
-    sep = "" if not completion or prefill[-1:].isspace() or completion[:1].isspace() else "\n"
-    closed = {"role": "assistant", "content": prefill + sep + completion}
-    fields = {"answer": crop_answer(answer.strip(), max_answer_chars)}
-    if "{workflow}" in text:
-        fields["workflow"] = workflow_text.strip()
-    return [
+
+    def user(shown_answer: str) -> str:
+        return text.format(answer=shown_answer, workflow=workflow_text.strip())
+
+    messages = [
         *(dict(m) for m in previous[:-1]),
-        closed,
-        {"role": "user", "content": text.format(**fields)},
+        _close_turn(previous[-1]["content"], completion),
+        {"role": "user", "content": ""},
         {"role": "assistant", "content": p.recursion_prefill},
     ]
+    shown = _fit_answer(answer.strip(), user, estimate_messages_tokens(messages), max_prompt_tokens)
+    messages[-2]["content"] = user(shown)
+    return messages
 
 
 __all__ = [
+    "CHARS_PER_TOKEN",
     "CROP_NOTE",
     "DEFAULT_FEWSHOTS",
+    "DEFAULT_MAX_PROMPT_TOKENS",
     "DEFAULT_PROMPT",
     "DEFAULT_RECURSION",
     "FEWSHOT_SETS",
+    "MESSAGE_OVERHEAD_TOKENS",
+    "MIN_ANSWER_CHARS",
     "POOL_DISPLAYS",
     "PROMPTS",
     "ConductorPrompt",
     "FewShot",
     "PoolDisplay",
     "PoolEntry",
+    "RecursionTemplate",
     "conductor_messages",
     "crop_answer",
+    "estimate_messages_tokens",
+    "estimate_tokens",
+    "fit_example_ids",
     "format_examples",
     "format_pool",
     "get_prompt",

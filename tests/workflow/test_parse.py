@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -427,3 +428,59 @@ def workflows(draw: st.DrawFn) -> tuple[Workflow, int]:
 def test_round_trip(pair: tuple[Workflow, int]) -> None:
     wf, num_workers = pair
     assert parse_workflow(wf.to_text(), num_workers=num_workers, max_steps=None) == wf
+
+
+# --- the cover rule for positional access (PAPER.md §4.3) ---------------------------------
+
+COVER_CASES = [
+    ("one_step", [[]], None),
+    ("chain", [[], [0], [1]], None),
+    ("fan_in", [[], [], [0, 1]], None),
+    ("all_at_last", [[], [], "all"], None),
+    ("all_in_middle", [[], "all", [1]], None),
+    ("split_cover", [[], [0], [0], [1, 2]], None),
+    ("first_unseen", [[], [], [1]], "[0]"),
+    ("middle_unseen", [[], [0], []], "[1]"),
+    ("none_seen", [[], [], []], "[0, 1]"),
+    ("all_at_step_0", ["all", []], "[0]"),
+    ("unseen_before_last", [[], [0], [0], [1]], "[2]"),
+]
+
+
+@pytest.mark.parametrize(
+    ("access", "unseen"), [c[1:] for c in COVER_CASES], ids=[c[0] for c in COVER_CASES]
+)
+def test_cover_rule(access: list[Any], unseen: str | None) -> None:
+    n = len(access)
+    text = lists(str(list(range(n))), str(["s"] * n), json.dumps(access))
+    assert len(parse_workflow(text, num_workers=7)) == n  # off by default
+    if unseen is None:
+        assert len(parse_workflow(text, num_workers=7, require_cover=True)) == n
+        return
+    with pytest.raises(WorkflowParseError) as info:
+        parse_workflow(text, num_workers=7, require_cover=True)
+    assert info.value.reason == "bad_access"
+    assert unseen in info.value.detail
+
+
+def test_cover_rule_is_for_indices_mode_only() -> None:
+    text = lists("[0, 1, 2]", '["a", "b", "c"]', "[[], [], []]")
+    wf = parse_workflow(text, num_workers=7, access_mode="binary", require_cover=True)
+    assert len(wf) == 3
+
+
+@settings(max_examples=300, deadline=None)
+@given(workflows())
+def test_cover_rule_round_trip(pair: tuple[Workflow, int]) -> None:
+    wf, num_workers = pair
+    seen = set().union(*(step.visible(i) for i, step in enumerate(wf.steps)))
+    covered = set(range(len(wf) - 1)) <= seen
+    text = wf.to_text()
+    if covered:
+        assert (
+            parse_workflow(text, num_workers=num_workers, max_steps=None, require_cover=True) == wf
+        )
+    else:
+        with pytest.raises(WorkflowParseError) as info:
+            parse_workflow(text, num_workers=num_workers, max_steps=None, require_cover=True)
+        assert info.value.reason == "bad_access"

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import re
 
 import pytest
 
 from podium.errors import ConfigError
+from podium.workflow.parse import parse_workflow
 from podium.workflow.prompt import (
     CROP_NOTE,
+    DEFAULT_MAX_PROMPT_TOKENS,
     DEFAULT_PROMPT,
     FEWSHOT_SETS,
+    MESSAGE_OVERHEAD_TOKENS,
+    MIN_ANSWER_CHARS,
     PROMPTS,
     PoolEntry,
     conductor_messages,
+    estimate_messages_tokens,
+    estimate_tokens,
+    fit_example_ids,
     format_examples,
     format_pool,
     get_prompt,
@@ -130,13 +138,13 @@ def test_ood_fewshots_composition() -> None:
     ood = FEWSHOT_SETS["ood"]
     assert len(ood) == 4
     workers = [[s.worker for s in ex.workflow.steps] for ex in ood]
-    access = [[s.access_json() for s in ex.workflow.steps] for ex in ood]
+    access = [[s.access for s in ex.workflow.steps] for ex in ood]
     assert workers == [[0, 2, 0], [1, 0, 2], [6, 5, 3, 2], [3, 4, 5]]
     assert access == [
-        [[], "all", "all"],
-        [[], [], "all"],
-        [[], [], "all", "all"],
-        [[], "all", "all"],
+        [(), "all", "all"],
+        [(), (), "all"],
+        [(), (), "all", "all"],
+        [(), "all", "all"],
     ]
     block = format_examples("ood")
     assert len(block) < 2500
@@ -201,14 +209,18 @@ def test_recursion_messages_layout() -> None:
 
 
 def test_recursion_templates() -> None:
-    recursion = PROMPTS["v1"].recursion
-    assert {"v0", "v1", "v2"} <= set(recursion)
-    assert "{answer}" in recursion["v0"] and "{workflow}" not in recursion["v0"]
-    assert "{workflow}" in recursion["v2"]
-    # v0 shows only the keep form; v1 and v2 add the examples
-    assert len(EXAMPLE_LISTS.findall(recursion["v0"])) == 0
-    assert len(EXAMPLE_LISTS.findall(recursion["v1"])) == 2
-    assert '"all"' in recursion["v1"]
+    p = PROMPTS["v1"]
+    assert {"v0", "v1", "v2"} <= set(p.recursion)
+    v0, v1, v2 = (p.recursion_text(name) for name in ("v0", "v1", "v2"))
+    assert "{answer}" in v0 and "{workflow}" not in v0
+    assert "{workflow}" in v2
+    # v0 shows only the keep form; v1 and v2 add the examples, as written without shown ids
+    assert len(EXAMPLE_LISTS.findall(v0)) == 0
+    assert len(EXAMPLE_LISTS.findall(v1)) == 2
+    assert '"all"' in v1
+    assert "model_id = [2]\n" in v1 and "model_id = [0, 1]\n" in v1
+    with pytest.raises(ConfigError, match="v0"):
+        p.recursion_text("v7")
 
 
 def test_recursion_v2_shows_the_workflow() -> None:
@@ -226,13 +238,15 @@ def test_recursion_v2_shows_the_workflow() -> None:
 def test_long_answer_is_cropped() -> None:
     root = conductor_messages(QUESTION, POOL)
     answer = "a" * 3000 + "b" * 3000 + "<answer>101</answer>"
-    msgs = recursion_messages(root, COMPLETION, answer, max_answer_chars=1000)
+    base = estimate_messages_tokens(recursion_messages(root, COMPLETION, ""))
+    limit = base + 1000 // 3  # room for about 1,000 answer characters
+    msgs = recursion_messages(root, COMPLETION, answer, max_prompt_tokens=limit)
     user = msgs[3]["content"]
     assert CROP_NOTE in user
     assert answer not in user
-    assert "a" * 500 in user and "<answer>101</answer>" in user
+    assert "a" * 400 in user and "<answer>101</answer>" in user
     assert user.count("a") + user.count("b") < 1100
-    full = recursion_messages(root, COMPLETION, answer, max_answer_chars=None)
+    full = recursion_messages(root, COMPLETION, answer, max_prompt_tokens=None)
     assert answer in full[3]["content"] and CROP_NOTE not in full[3]["content"]
 
 
@@ -240,3 +254,176 @@ def test_recursion_needs_an_open_assistant_turn() -> None:
     root = conductor_messages(QUESTION, POOL)
     with pytest.raises(ValueError):
         recursion_messages(root[:2], COMPLETION, "101")
+
+
+# --- few-shot examples fitted to the pool -------------------------------------------------
+
+EXAMPLE_WORKFLOW = re.compile(
+    r"^model_id = \[[^\]\n]+\]\nsubtasks = .*\naccess_list = .*$", re.MULTILINE
+)
+SUBPOOLS = {
+    1: [4],
+    2: [3, 6],
+    3: [1, 4, 6],
+    4: [0, 2, 5, 6],
+    5: [1, 2, 3, 5, 6],
+    6: [0, 1, 2, 3, 4, 6],
+    7: [0, 1, 2, 3, 4, 5, 6],
+}
+POOLS = [list(range(k)) for k in range(1, 8)] + list(SUBPOOLS.values())
+OOD_BLOCK_SHA256 = "0c185af56e9ac66a8856caf8c3678156e7597c4d10bca46372e2b3395d0da76d"
+
+
+def shown_workflows(text: str) -> list[Workflow]:
+    """Every non-empty example workflow written out in `text`, parsed back."""
+    return [
+        parse_workflow(m.group(), num_workers=100, max_steps=None)
+        for m in EXAMPLE_WORKFLOW.finditer(text)
+    ]
+
+
+@pytest.mark.parametrize("ids", POOLS, ids=lambda ids: "-".join(map(str, ids)))
+@pytest.mark.parametrize("max_steps", [1, 2, 3, 4, 5])
+def test_root_examples_fit_the_pool(ids: list[int], max_steps: int) -> None:
+    pool = [PoolEntry(i) for i in ids]
+    user = conductor_messages(QUESTION, pool, max_steps=max_steps)[1]["content"]
+    shown = shown_workflows(user)
+    fitting = [ex for ex in FEWSHOT_SETS["ood"] if len(ex.workflow) <= max_steps]
+    assert len(shown) == len(fitting)
+    assert ("Examples of good plans" in user) == bool(fitting)
+    for wf in shown:
+        assert {step.worker for step in wf.steps} <= set(ids)
+        assert len(wf) <= max_steps
+
+
+@pytest.mark.parametrize("ids", POOLS, ids=lambda ids: "-".join(map(str, ids)))
+@pytest.mark.parametrize("template", ["v1", "v2"])
+def test_recursion_examples_fit_the_pool(ids: list[int], template: str) -> None:
+    root = conductor_messages(QUESTION, [PoolEntry(i) for i in ids])
+    msgs = recursion_messages(
+        root, "", "101", template=template, workflow_text="(none)", shown_ids=ids
+    )
+    shown = shown_workflows(msgs[3]["content"])
+    assert len(shown) == 2
+    for wf in shown:
+        assert {step.worker for step in wf.steps} <= set(ids)
+
+
+@pytest.mark.parametrize("max_steps", [1, 2])
+def test_recursion_examples_fit_the_step_limit(max_steps: int) -> None:
+    root = conductor_messages(QUESTION, [PoolEntry(i) for i in range(3)], max_steps=max_steps)
+    msgs = recursion_messages(root, "", "101", template="v1", shown_ids=[0, 1, 2],
+                              max_steps=max_steps)
+    shown = shown_workflows(msgs[3]["content"])
+    assert shown and all(len(wf) <= max_steps for wf in shown)
+    assert len(shown) == max_steps  # the verifier always fits; the re-attempt needs 2 steps
+    assert "model_id = []" in msgs[3]["content"]  # keeping the answer is always an example
+
+
+def test_paper_pool_sees_the_examples_as_written() -> None:
+    ood = FEWSHOT_SETS["ood"]
+    as_written = (
+        "Examples of good plans:\n\n"
+        + "\n\n".join(f"Example {i + 1}\n{ex.render()}" for i, ex in enumerate(ood))
+        + "\n\n"
+    )
+    assert hashlib.sha256(as_written.encode()).hexdigest() == OOD_BLOCK_SHA256
+    assert format_examples("ood") == as_written
+    assert format_examples("ood", shown_ids=range(7), max_steps=5) == as_written
+    pool = [PoolEntry(i) for i in range(7)]
+    user = conductor_messages(QUESTION, pool, max_steps=5)[1]["content"]
+    expected = PROMPTS["v1"].template.format(
+        max_steps=5, examples=as_written, question=QUESTION, models=format_pool(pool)
+    )
+    assert user == expected
+    root = conductor_messages(QUESTION, pool)
+    for template in ("v0", "v1", "v2"):
+        kwargs = {"template": template, "workflow_text": "(none)"}
+        assert recursion_messages(root, "", "101", shown_ids=range(7), **kwargs) == (
+            recursion_messages(root, "", "101", **kwargs)
+        )
+
+
+def test_fit_example_ids_rules() -> None:
+    wf = Workflow.of([(6, "a", ()), (5, "b", ()), (3, "c", "all"), (2, "d", "all")])
+    assert fit_example_ids(wf, None, 3) is wf
+    assert fit_example_ids(wf, [2, 3, 5, 6], 1) is wf  # every id shown: as written
+    workers = [s.worker for s in fit_example_ids(wf, [0, 1, 2, 3], 2).steps]
+    assert workers == [2, 3, 0, 1]  # distinct ids stay distinct, starting at shown[2]
+    assert [s.worker for s in fit_example_ids(wf, [0, 2, 5], 0).steps] == [0, 2, 5, 0]
+    assert [s.worker for s in fit_example_ids(wf, [7], 1).steps] == [7, 7, 7, 7]
+    repeated = Workflow.of([(4, "a", ()), (1, "b", "all"), (4, "c", "all")])
+    assert [s.worker for s in fit_example_ids(repeated, [0, 2], 1).steps] == [2, 0, 2]
+    mapped = fit_example_ids(wf, [0, 1, 2, 3], 2)
+    assert [s.subtask for s in mapped.steps] == [s.subtask for s in wf.steps]
+    assert [s.access for s in mapped.steps] == [s.access for s in wf.steps]
+    with pytest.raises(ConfigError):
+        fit_example_ids(wf, [], 0)
+
+
+def test_examples_start_on_different_ids() -> None:
+    block = format_examples("ood", shown_ids=[10, 11, 12])
+    assert len({wf.steps[0].worker for wf in shown_workflows(block)}) > 1
+
+
+def test_examples_dropped_past_max_steps() -> None:
+    assert format_examples("ood", max_steps=2) == ""
+    block = format_examples("ood", max_steps=3)
+    assert len(shown_workflows(block)) == 3
+    assert "Example 3\n" in block and "Example 4" not in block
+    assert FEWSHOT_SETS["ood"][2].question not in block  # the 4-step example
+
+
+# --- the recursion prompt's size ----------------------------------------------------------
+
+
+def test_estimate_tokens() -> None:
+    assert [estimate_tokens(t) for t in ("", "a", "abc", "abcd")] == [0, 1, 1, 2]
+    text = "def f(x):\n    return x * 2\n" * 100
+    assert estimate_tokens(text) >= len(text) / 3.5  # at least a code tokenizer's count
+    msgs = [{"role": "user", "content": "abcd"}, {"role": "assistant", "content": ""}]
+    assert estimate_messages_tokens(msgs) == 2 + 2 * MESSAGE_OVERHEAD_TOKENS
+
+
+def test_long_answer_is_shown_whole_under_the_default_limit() -> None:
+    root = conductor_messages(QUESTION, POOL)
+    answer = "x = 1\n" * 1666 + "<answer>101</answer>"
+    assert len(answer) >= 10_000
+    msgs = recursion_messages(root, COMPLETION, answer)
+    assert answer in msgs[3]["content"] and CROP_NOTE not in msgs[3]["content"]
+    assert estimate_messages_tokens(msgs) <= DEFAULT_MAX_PROMPT_TOKENS
+
+
+@pytest.mark.parametrize("template", ["v0", "v1", "v2"])
+def test_crop_just_enough_to_fit(template: str) -> None:
+    root = conductor_messages(QUESTION, POOL)
+    answer = "".join(f"line {i}\n" for i in range(5000)) + "<answer>101</answer>"
+    kwargs = {"template": template, "workflow_text": "model_id = [0]"}
+    whole = estimate_messages_tokens(
+        recursion_messages(root, COMPLETION, answer, max_prompt_tokens=None, **kwargs)
+    )
+    limit = whole - 5000
+    msgs = recursion_messages(root, COMPLETION, answer, max_prompt_tokens=limit, **kwargs)
+    user = msgs[3]["content"]
+    assert CROP_NOTE in user and "line 0\n" in user and "<answer>101</answer>" in user
+    assert limit - 1 <= estimate_messages_tokens(msgs) <= limit
+
+
+def test_none_never_crops() -> None:
+    root = conductor_messages(QUESTION, POOL)
+    answer = "y" * 300_000
+    msgs = recursion_messages(root, COMPLETION, answer, max_prompt_tokens=None)
+    assert answer in msgs[3]["content"] and CROP_NOTE not in msgs[3]["content"]
+
+
+def test_limit_below_the_prompt_keeps_a_minimum() -> None:
+    root = conductor_messages(QUESTION, POOL)
+    head, tail = "\u2603", "\u2604"  # characters the template never uses
+    answer = head * 2000 + tail * 2000
+    msgs = recursion_messages(root, COMPLETION, answer, max_prompt_tokens=10)
+    user = msgs[3]["content"]
+    assert CROP_NOTE in user
+    assert user.count(head) + user.count(tail) == MIN_ANSWER_CHARS
+    assert user.count(head) == user.count(tail) == MIN_ANSWER_CHARS // 2
+    with pytest.raises(ConfigError, match="max_prompt_tokens"):
+        recursion_messages(root, COMPLETION, answer, max_prompt_tokens=0)
