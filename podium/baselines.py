@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from podium.errors import ConfigError
 from podium.pipeline import Pipeline, RunResult
 from podium.scoring.base import extract_answer
+from podium.workflow.execute import StepRecord
 from podium.workflow.types import Step, Workflow
 
 SOLVE = "Solve the overall task and give the final answer in the format it asks for."
@@ -73,14 +74,13 @@ class System:
     async def run(self, question: str, *, sample_id: int = 0, on_event=None) -> RunResult:
         if self.make is None:
             return await self.pipeline.ask(question, sample_id=sample_id, on_event=on_event)
-        result = await self.pipeline.run_workflow(question, self.make(question, sample_id),
-                                                  sample_id=sample_id, label=self.spec,
-                                                  on_event=on_event)
-        if self.vote:
-            steps = result.rounds[0].run.steps
-            result.answer = majority_answer([s.response for s in steps if s.status == "ok"])
-            result.rounds[0].answer = result.answer
-        return result
+        return await self.pipeline.run_workflow(
+            question, self.make(question, sample_id), sample_id=sample_id, label=self.spec,
+            answer=_vote if self.vote else None, on_event=on_event)
+
+
+def _vote(steps: Sequence[StepRecord]) -> str | None:
+    return majority_answer([s.response for s in steps if s.status == "ok"])
 
 
 def _worker(pipeline: Pipeline, ref: str) -> int:

@@ -2,8 +2,10 @@
 
 `Conductor.plan` runs the root round. `Conductor.revise` runs a recursion round: the Conductor
 sees its earlier conversation and the final answer, and either keeps the answer (three empty
-lists, `turn.kept`) or writes a new workflow. Parse failures are returned as data on the turn
-(`turn.parse_reason`), never raised, so a caller can fall back, score or log them.
+lists, `turn.kept`) or writes a new workflow. Nothing is raised for a bad turn: a parse failure
+(`turn.parse_reason`) and a failed Conductor call (`turn.error`, `turn.error_kind`; an
+exception a backend did not convert is kind `internal`) are data on the turn, so a caller can
+fall back, score or log them. A turn is built whole when its call is over.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from podium.config import RunSettings
+from podium.config import Price, RunSettings
 from podium.errors import WorkerError, WorkflowParseError
 from podium.llm.base import ChatClient, Message
+from podium.outcome import INTERNAL
 from podium.subpool import PoolView
 from podium.workflow.grammar import workflow_grammar
 from podium.workflow.parse import parse_workflow
@@ -21,8 +24,11 @@ from podium.workflow.prompt import conductor_messages, recursion_messages
 from podium.workflow.types import Workflow
 
 
-@dataclass
+@dataclass(frozen=True)
 class ConductorTurn:
+    """One Conductor call, built whole once it is over. A turn with no `messages` stands for
+    a fixed workflow (a baseline's), for which no Conductor call was made."""
+
     round: int
     messages: list[Message]
     completion: str = ""
@@ -32,13 +38,15 @@ class ConductorTurn:
     kept: bool = False  # recursion: the Conductor kept the previous answer
     fallback: bool = False  # the workflow is the single-step fallback, not the Conductor's
     error: str | None = None  # the Conductor call itself failed
+    error_kind: str | None = None  # its WorkerError kind, or "internal"
     constrained: bool = False
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_s: float = 0.0
-    cost: float | None = None
+    cost: float | None = None  # list price (a cached reply included); None: no price
     cache_hit: bool = False
     retries: list[dict] = field(default_factory=list)
+    prefill: str = "none"  # how the backend treated the prefill (continued / as_message)
     view: PoolView | None = None  # the workers this turn was shown
     extra: dict = field(default_factory=dict)
 
@@ -52,7 +60,8 @@ class ConductorTurn:
                             if self.parse_reason else None),
             "kept": self.kept,
             "fallback": self.fallback,
-            "error": self.error,
+            "error": ({"kind": self.error_kind, "message": self.error}
+                      if self.error is not None else None),
             "constrained": self.constrained,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
@@ -60,7 +69,9 @@ class ConductorTurn:
             "cost": self.cost,
             "cache_hit": self.cache_hit,
             "retries": self.retries,
+            "prefill": self.prefill,
             "shown_workers": self.view.pool_indices() if self.view else None,
+            **({"system": self.extra["system"]} if "system" in self.extra else {}),
         }
 
 
@@ -77,49 +88,56 @@ class Conductor:
         settings: RunSettings = RunSettings(),
         *,
         constrained: bool = False,
+        price: Price | None = None,
     ) -> None:
         self.client = client
         self.view = view
         self.settings = settings
         self.constrained = constrained
+        self.price = price
 
     def _grammar(self, view: PoolView, allow_empty: bool) -> str | None:
         if not self.constrained:
             return None
         return workflow_grammar(view.shown_ids, self.settings.max_steps, allow_empty=allow_empty)
 
-    async def _generate(self, turn: ConductorTurn, view: PoolView, allow_empty: bool,
-                        sample_id: int) -> ConductorTurn:
+    async def _generate(self, index: int, messages: list[Message], view: PoolView,
+                        allow_empty: bool, sample_id: int) -> ConductorTurn:
+        base = {"round": index, "messages": messages, "constrained": self.constrained,
+                "view": view}
         start = time.perf_counter()
         try:
-            resp = await self.client.chat(turn.messages,
-                                          grammar=self._grammar(view, allow_empty),
+            resp = await self.client.chat(messages, grammar=self._grammar(view, allow_empty),
                                           sample_id=sample_id)
         except WorkerError as exc:
-            turn.error = str(exc)
-            turn.retries = list(exc.retries)
-            turn.latency_s = time.perf_counter() - start
-            return turn
-        turn.completion = resp.text
-        turn.prompt_tokens, turn.completion_tokens = resp.prompt_tokens, resp.completion_tokens
-        turn.latency_s = resp.latency_s
-        turn.extra["prefill"] = resp.prefill
-        turn.cache_hit, turn.retries = resp.cache_hit, list(resp.retries)
+            return ConductorTurn(**base, error=str(exc), error_kind=exc.kind,
+                                 retries=list(exc.retries), cost=self._cost(0, 0),
+                                 latency_s=time.perf_counter() - start)
+        except Exception as exc:  # a backend that did not convert its error: recorded, not raised
+            return ConductorTurn(**base, error=f"{type(exc).__name__}: {exc}",
+                                 error_kind=INTERNAL, cost=self._cost(0, 0),
+                                 latency_s=time.perf_counter() - start)
+        parsed = self._parse(resp.text, view, allow_empty)
+        return ConductorTurn(
+            **base, **parsed, completion=resp.text, prompt_tokens=resp.prompt_tokens,
+            completion_tokens=resp.completion_tokens, latency_s=resp.latency_s,
+            cost=self._cost(resp.prompt_tokens, resp.completion_tokens),
+            cache_hit=resp.cache_hit, retries=list(resp.retries), prefill=resp.prefill)
+
+    def _cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
+        return self.price.cost(prompt_tokens, completion_tokens) if self.price else None
+
+    def _parse(self, text: str, view: PoolView, allow_empty: bool) -> dict:
+        s = self.settings
         try:
-            shown = parse_workflow(
-                resp.text,
-                num_workers=view.id_space,
-                max_steps=self.settings.max_steps,
-                access_mode=self.settings.access_mode,
-                allowed_workers=view.shown_ids,
-            )
-            turn.workflow = view.to_pool_workflow(shown)
+            shown = parse_workflow(text, num_workers=view.id_space, max_steps=s.max_steps,
+                                   access_mode=s.access_mode, allowed_workers=view.shown_ids,
+                                   require_cover=s.access_cover)
         except WorkflowParseError as exc:
             if allow_empty and exc.reason == "empty":
-                turn.kept = True
-            else:
-                turn.parse_reason, turn.parse_detail = exc.reason, exc.detail
-        return turn
+                return {"kept": True}
+            return {"parse_reason": exc.reason, "parse_detail": exc.detail}
+        return {"workflow": view.to_pool_workflow(shown)}
 
     async def plan(self, question: str, *, sample_id: int = 0,
                    view: PoolView | None = None) -> ConductorTurn:
@@ -128,19 +146,19 @@ class Conductor:
         messages = conductor_messages(question, view.entries, prompt=s.prompt,
                                       fewshots=s.fewshots, max_steps=s.max_steps,
                                       display=s.pool_display)
-        turn = ConductorTurn(0, messages, constrained=self.constrained, view=view)
-        return await self._generate(turn, view, allow_empty=False, sample_id=sample_id)
+        return await self._generate(0, messages, view, allow_empty=False, sample_id=sample_id)
 
     async def revise(self, previous: ConductorTurn, answer: str, *,
                      sample_id: int = 0) -> ConductorTurn:
         """A recursion round after `previous`, whose workflow produced `answer`."""
         s = self.settings
+        view = previous.view or self.view
         messages = recursion_messages(
             previous.messages, previous.completion, answer, prompt=s.prompt,
             template=s.recursion_template,
             workflow_text=previous.workflow.to_text() if previous.workflow else "(none)",
+            shown_ids=view.shown_ids, max_steps=s.max_steps,
+            max_prompt_tokens=s.max_prompt_tokens,
         )
-        view = previous.view or self.view
-        turn = ConductorTurn(previous.round + 1, messages, constrained=self.constrained,
-                             view=view)
-        return await self._generate(turn, view, allow_empty=True, sample_id=sample_id)
+        return await self._generate(previous.round + 1, messages, view, allow_empty=True,
+                                    sample_id=sample_id)

@@ -35,6 +35,9 @@ from podium.errors import ConfigError
 
 Backend = Literal["openai", "anthropic", "gemini", "embedded", "function"]
 BACKENDS: tuple[str, ...] = ("openai", "anthropic", "gemini", "embedded", "function")
+# How an OpenAI-compatible server is asked to continue a trailing assistant message
+Prefill = Literal["message", "continue", "completions"]
+PREFILLS: tuple[str, ...] = ("message", "continue", "completions")
 
 
 class _Frozen(BaseModel):
@@ -83,6 +86,15 @@ class ModelSpec(_Frozen):
                                   "thinking (anthropic), thinking (gemini).")
     thinking_budget: int | None = Field(None, ge=0, description="Thinking tokens (anthropic "
                                         "budget_tokens, gemini thinking_budget).")
+    prefill: Prefill = Field(
+        "message", description="How an openai endpoint gets a trailing assistant message (a "
+        "prefill): message (an ordinary message; the model answers in a new turn), continue "
+        "(continue_final_message=true, add_generation_prompt=false: vLLM, SGLang, llama.cpp's "
+        "llama-server), completions (rendered here with chat_template and continued on "
+        "/v1/completions: python -m llama_cpp.server).")
+    chat_template: str | None = Field(None, description="For prefill='completions': the "
+                                      "model's chat template: its .gguf, its "
+                                      "tokenizer_config.json, a Jinja file, or the Jinja text.")
     # reliability
     max_concurrency: int = Field(4, ge=1, description="Concurrent calls to this model.")
     rpm: int | None = Field(None, ge=1, description="Requests per minute allowed.")
@@ -150,9 +162,19 @@ class RunSettings(_Frozen):
         "masked", description="How the Conductor sees workers: masked ids (the paper) or names.")
     max_steps: int = Field(5, ge=1, description="Longest workflow accepted (the paper: 5).")
     access_mode: Literal["indices", "binary"] = Field(
-        "indices", description="binary: only [] or 'all' (the paper); indices: also step lists.")
+        "binary", description="binary: only [] or 'all' (the paper's main model); indices: "
+        "also lists of step positions (the paper's fine-grained ablation).")
+    access_cover: bool = Field(True, description="With access_mode = indices: every step but "
+                               "the last must be seen by a later step (the paper's rule).")
     recursion: int = Field(0, ge=0, description="Recursive Conductor rounds after the first.")
     recursion_template: str = Field("v1", description="Recursion prompt: v0 | v1 | v2.")
+    recursion_format_error: Literal["zero", "keep"] = Field(
+        "zero", description="A recursion round whose output is not a valid workflow: zero = a "
+        "format error, no answer (the paper's scoring); keep = the previous answer stands.")
+    max_prompt_tokens: int | None = Field(
+        16000, ge=256, description="Longest recursion-round Conductor prompt (estimated "
+        "tokens); the previous answer is cropped only when the prompt would be longer. "
+        "None: never crop.")
     previous_round_visibility: Literal["any_all", "per_step"] = Field(
         "any_all", description="any_all: every new step sees the previous round when any access "
         "entry is 'all' (reference code); per_step: only steps whose access is 'all'.")
@@ -200,6 +222,10 @@ def _format_validation(err: ValidationError, source: str) -> str:
         elif e["type"] == "literal_error" and where.endswith("backend"):
             lines.append(f"'{where}' = {e.get('input')!r} is not a backend; use one of "
                          f"{', '.join(BACKENDS)}")
+        elif e["type"] == "literal_error" and where.endswith("prefill"):
+            lines.append(f"'{where}' = {e.get('input')!r} is not a prefill mode; use one of "
+                         f"{', '.join(PREFILLS)} (continue for vLLM, SGLang and llama.cpp's "
+                         "llama-server, completions for python -m llama_cpp.server)")
         else:
             lines.append(f"'{where}': {e['msg']}")
     return f"Pool file {source} is not valid: " + "; ".join(lines) + ". Fix these keys " \
@@ -251,6 +277,28 @@ def _check_backend_fields(spec: ModelSpec, source: str) -> None:
     if spec.backend == "function" and not spec.function:
         raise ConfigError(f"Model {spec.name!r} in {source} uses backend 'function' but has no "
                           "function. Set function = \"package.module:callable\".")
+    _check_prefill_fields(spec, source)
+
+
+def _check_prefill_fields(spec: ModelSpec, source: str) -> None:
+    if spec.prefill != "message" and spec.backend != "openai":
+        raise ConfigError(f"Model {spec.name!r} in {source} sets prefill = {spec.prefill!r}, "
+                          "which only an 'openai' backend takes (embedded and anthropic models "
+                          "continue a prefill by themselves). Remove prefill for it.")
+    if spec.prefill == "completions" and not spec.chat_template:
+        raise ConfigError(f"Model {spec.name!r} in {source} sets prefill = \"completions\" but "
+                          "has no chat_template. Set chat_template to the model's .gguf (the "
+                          "file the server loads), its tokenizer_config.json or a .jinja file.")
+    template = spec.chat_template
+    if template and not ("{{" in template or "{%" in template) \
+            and not Path(template).expanduser().is_file():
+        raise ConfigError(f"Model {spec.name!r} in {source}: chat_template {template!r} is "
+                          "neither Jinja text nor an existing file. Set it to the model's .gguf, "
+                          "its tokenizer_config.json, a .jinja file or the template text.")
+    if template and spec.prefill != "completions":
+        raise ConfigError(f"Model {spec.name!r} in {source} sets chat_template, which is used "
+                          "only with prefill = \"completions\". Set that, or remove "
+                          "chat_template.")
 
 
 def load_pool(path: str | Path | None = None) -> Pool:

@@ -5,19 +5,22 @@
     print(result.answer)
 
 Round 0: the Conductor plans; if its output does not parse and `run.fallback` is on, a single
-step on `run.fallback_worker` answers instead (`turn.fallback`, said plainly by the CLI). If the
-Conductor call itself fails (unreachable, bad key), there is no fallback: the error is recorded
-on the turn and the answer is None. Then
-the executor runs the workflow. Each recursion round shows the Conductor its final answer; it
-keeps it (no worker calls) or writes a new workflow whose workers may also see the previous
-round's steps. A format error in a recursion round keeps the previous answer and is recorded.
+step on `run.fallback_worker` answers instead (`turn.fallback`, said plainly in every output).
+If the Conductor call itself fails (unreachable, bad key), there is no fallback: the failure is
+recorded on the turn and there is no answer. Then the executor runs the workflow. Each recursion
+round shows the Conductor the answer that stands; it keeps it (no worker calls) or writes a new
+workflow whose workers may also see the previous round's steps.
+
+The result's `outcome` (`podium.outcome`) is the one account of the run: which answer stands
+and from which round, what was used and paid, and every failure with its class. It is built
+once, from the rounds, when the run is over.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from podium.conductor import Conductor, ConductorTurn
@@ -26,103 +29,74 @@ from podium.errors import ConfigError
 from podium.llm.base import ChatClient
 from podium.llm.cache import ResponseCache, default_cache_path
 from podium.llm.registry import build_clients
-from podium.subpool import make_view
-from podium.workflow.execute import Budget, ExecOptions, Team, WorkflowRun, execute_workflow
+from podium.outcome import Outcome, build_outcome
+from podium.outcome import RoundRecord as Round
+from podium.subpool import PoolView, make_view
+from podium.workflow.execute import (
+    Budget,
+    ExecOptions,
+    StepRecord,
+    Team,
+    WorkflowRun,
+    execute_workflow,
+)
 from podium.workflow.render import MessageOptions
-from podium.workflow.types import Step, Workflow
+from podium.workflow.types import Step, Workflow, access_json
 
 FALLBACK_SUBTASK = "Answer the overall task directly, following its answer format."
 
 Event = Callable[[str, Any], None]  # ("conductor", ConductorTurn) | ("started"/"finished", Step)
+AnswerRule = Callable[[Sequence[StepRecord]], "str | None"]
+
+__all__ = ["FALLBACK_SUBTASK", "Pipeline", "Round", "RunResult", "exec_options"]
 
 
-@dataclass
-class Round:
-    conductor: ConductorTurn
-    run: WorkflowRun | None
-    answer: str | None
+@dataclass(frozen=True)
+class RunResult:
+    """Everything a run did (`rounds`: every Conductor turn and step record) and what it came
+    to (`outcome`)."""
 
-
-@dataclass
-class Usage:
-    """What a run spent. Answers from the response cache cost nothing and count only as hits."""
-
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float | None = 0.0  # None when some call's price is unknown
-    cache_hits: int = 0
-
-    def add(self, prompt: int, completion: int, cost: float | None, cache_hit: bool = False
-            ) -> None:
-        if cache_hit:
-            self.cache_hits += 1
-            return
-        self.calls += 1
-        self.prompt_tokens += prompt
-        self.completion_tokens += completion
-        self.cost = None if cost is None or self.cost is None else self.cost + cost
+    question: str
+    rounds: tuple[Round, ...]
+    outcome: Outcome
+    wall_s: float
 
     @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
+    def answer(self) -> str | None:
+        return self.outcome.answer
 
-
-@dataclass
-class RunResult:
-    question: str
-    answer: str | None
-    rounds: list[Round]
-    wall_s: float
-    stopped: str | None = None  # a budget or failure that cut the run short
+    @property
+    def stopped(self) -> str | None:
+        return self.outcome.stopped
 
     @property
     def final_round(self) -> Round:
-        """The last round that ran a workflow (a kept round runs none)."""
+        """The round whose workflow produced the answer; without an answer, the last round
+        that ran a workflow (a kept round runs none)."""
+        if self.outcome.answer_round is not None:
+            return self.rounds[self.outcome.answer_round]
         for rnd in reversed(self.rounds):
             if rnd.run is not None:
                 return rnd
         return self.rounds[-1]
 
-    def usage(self) -> Usage:
-        u = Usage()
-        for rnd in self.rounds:
-            c = rnd.conductor
-            if c.messages:  # a fixed workflow (a baseline) makes no Conductor call
-                u.add(c.prompt_tokens, c.completion_tokens, c.cost, c.cache_hit)
-            for step in rnd.run.steps if rnd.run else []:
-                if step.status in ("ok", "error"):
-                    u.add(step.prompt_tokens, step.completion_tokens, step.cost, step.cache_hit)
-        return u
-
     def to_json(self) -> dict:
-        u = self.usage()
         final = self.final_round
         return {
             "question": self.question,
-            "answer": self.answer,
+            **self.outcome.to_json(),
             "workflow": [
                 {"worker": s.worker_name, "worker_id": s.worker, "subtask": s.subtask,
-                 "access": "all" if s.access == "all" else list(s.access)}
+                 "access": access_json(s.access)}
                 for s in (final.run.steps if final.run else [])
             ],
-            "fallback": any(r.conductor.fallback for r in self.rounds),
-            "stopped": self.stopped,
             "steps": [s.to_json() for r in self.rounds if r.run for s in r.run.steps],
-            "rounds": [
-                {"conductor": r.conductor.to_json(), "answer": r.answer,
+            "conductor": [
+                {**r.conductor.to_json(), "answer": r.answer,
                  "stopped": r.run.stopped if r.run else None}
                 for r in self.rounds
             ],
-            "usage": {
-                "calls": u.calls,
-                "prompt_tokens": u.prompt_tokens,
-                "completion_tokens": u.completion_tokens,
-                "total_tokens": u.total_tokens,
-                "cost_usd": u.cost,
-                "cache_hits": u.cache_hits,
-                "wall_s": round(self.wall_s, 3),
-            },
+            "wall_s": round(self.wall_s, 3),
         }
 
 
@@ -168,7 +142,7 @@ class Pipeline:
                 "constrained = false in [conductor]."
             )
         self.conductor = Conductor(conductor_client, make_view(pool.workers), self.settings,
-                                   constrained=constrained)
+                                   constrained=constrained, price=pool.conductor.price)
 
     async def __aenter__(self) -> Pipeline:
         return self
@@ -184,12 +158,15 @@ class Pipeline:
         if self.cache is not None:
             self.cache.close()
 
-    def _charge(self, turn: ConductorTurn, budget: Budget) -> None:
-        if turn.cache_hit:
-            turn.cost = 0.0
-            return
-        turn.cost = self.pool.conductor.cost(turn.prompt_tokens, turn.completion_tokens)
-        budget.spend(turn.prompt_tokens + turn.completion_tokens, turn.cost)
+    def _spend(self, turn: ConductorTurn, budget: Budget) -> None:
+        if not turn.cache_hit:
+            budget.spend(turn.prompt_tokens + turn.completion_tokens, turn.cost)
+
+    def _result(self, question: str, rounds: list[Round], stopped: str | None,
+                t0: float) -> RunResult:
+        outcome = build_outcome(rounds, stopped=stopped,
+                                recursion_format_error=self.settings.recursion_format_error)
+        return RunResult(question, tuple(rounds), outcome, time.perf_counter() - t0)
 
     async def _execute(self, workflow: Workflow, question: str, round_index: int,
                        previous: WorkflowRun | None, budget: Budget, sample_id: int,
@@ -201,16 +178,25 @@ class Pipeline:
         )
 
     async def run_workflow(self, question: str, workflow: Workflow, *, sample_id: int = 0,
-                           label: str = "fixed", on_event: Event | None = None) -> RunResult:
+                           label: str = "fixed", answer: AnswerRule | None = None,
+                           on_event: Event | None = None) -> RunResult:
         """Run a given workflow (a baseline's) with this pool's executor, limits and budget;
-        no Conductor call is made. The result has the same shape as `ask`'s."""
+        no Conductor call is made. `answer` picks the answer from the step records (default:
+        `run.final_answer`). The result has the same shape as `ask`'s."""
         t0 = time.perf_counter()
         s = self.settings
         budget = Budget(s.max_calls, s.max_tokens, s.max_cost)
         turn = ConductorTurn(0, [], workflow=workflow, extra={"system": label})
         run = await self._execute(workflow, question, 0, None, budget, sample_id, on_event)
-        return RunResult(question, run.answer, [Round(turn, run, run.answer)],
-                         time.perf_counter() - t0, run.stopped)
+        chosen = run.answer if answer is None else answer(run.steps)
+        return self._result(question, [Round(turn, run, chosen)], run.stopped, t0)
+
+    def _fallback(self, turn: ConductorTurn, view: PoolView) -> ConductorTurn:
+        allowed = view.pool_indices()
+        s = self.settings
+        worker = s.fallback_worker if s.fallback_worker in allowed else allowed[0]
+        return replace(turn, fallback=True,
+                       workflow=Workflow((Step(worker, FALLBACK_SUBTASK, ()),)))
 
     async def ask(self, question: str, *, sample_id: int = 0,
                   workers: Sequence[int] | None = None,
@@ -225,41 +211,36 @@ class Pipeline:
         s = self.settings
         budget = Budget(s.max_calls, s.max_tokens, s.max_cost)
         budget.reserve()  # the Conductor's first call is always made
-        view = None if workers is None else make_view(self.pool.workers, workers, s.subpool_ids)
+        view = (self.conductor.view if workers is None
+                else make_view(self.pool.workers, workers, s.subpool_ids))
         turn = await self.conductor.plan(question, sample_id=sample_id, view=view)
-        self._charge(turn, budget)
+        self._spend(turn, budget)
         if turn.workflow is None and turn.error is None and s.fallback:
-            allowed = (view or self.conductor.view).pool_indices()
-            worker = s.fallback_worker if s.fallback_worker in allowed else allowed[0]
-            turn.fallback = True
-            turn.workflow = Workflow((Step(worker, FALLBACK_SUBTASK, ()),))
+            turn = self._fallback(turn, view)
         if on_event:
             on_event("conductor", turn)
-        rounds: list[Round] = []
         run = None
         if turn.workflow is not None:
             run = await self._execute(turn.workflow, question, 0, None, budget, sample_id,
                                       on_event)
-        rounds.append(Round(turn, run, run.answer if run else None))
+        rounds = [Round(turn, run, run.answer if run else None)]
         stopped = run.stopped if run else None
-        for _ in range(self.settings.recursion):
-            previous = rounds[-1]
-            if previous.run is None or previous.answer is None:
-                break  # nothing to show the Conductor
+        for _ in range(s.recursion):
+            last = rounds[-1]
+            if last.run is None or last.answer is None:
+                break  # no new answer to show the Conductor: the one that stands is final
             if why := budget.reserve():
                 stopped = why
                 break
-            turn = await self.conductor.revise(previous.conductor, previous.answer,
-                                               sample_id=sample_id)
-            self._charge(turn, budget)
+            turn = await self.conductor.revise(last.conductor, last.answer, sample_id=sample_id)
+            self._spend(turn, budget)
             if on_event:
                 on_event("conductor", turn)
-            if turn.workflow is None:  # kept, or a format error: the previous answer stands
-                rounds.append(Round(turn, None, previous.answer))
-                continue
-            run = await self._execute(turn.workflow, question, turn.round, previous.run, budget,
+            if turn.workflow is None:  # kept, a format error or a failed call: no workflow
+                rounds.append(Round(turn, None, None))
+                break
+            run = await self._execute(turn.workflow, question, turn.round, last.run, budget,
                                       sample_id, on_event)
             rounds.append(Round(turn, run, run.answer))
             stopped = run.stopped or stopped
-        return RunResult(question, rounds[-1].answer, rounds, time.perf_counter() - t0,
-                         stopped)
+        return self._result(question, rounds, stopped, t0)

@@ -54,7 +54,7 @@ def test_single_worker():
     rec = Recorder()
     result = run("single:b", rec)
     assert [c[0] for c in rec.calls] == ["b"]
-    assert result.answer.startswith("b-1") and result.usage().calls == 1  # no Conductor call
+    assert result.answer.startswith("b-1") and result.outcome.used.calls == 1  # no Conductor call
 
 
 def test_moa_proposers_then_aggregator_seeing_all():
@@ -65,7 +65,7 @@ def test_moa_proposers_then_aggregator_seeing_all():
     aggregator_prompt = rec.calls[3][1]
     for reply in ("a-1", "b-1", "c-1"):
         assert reply in aggregator_prompt
-    assert result.usage().calls == 4
+    assert result.outcome.used.calls == 4
 
 
 def test_self_moa_and_reflect():
@@ -127,4 +127,5 @@ def test_repeated_identical_steps_are_not_collapsed_by_the_cache(tmp_path):
         first, again = asyncio.run(go())
         requests = server.stats()["overall"]["requests"]
     assert requests == 4  # four distinct samples; the rerun is served from the cache
-    assert first.usage().calls == 4 and again.usage().cache_hits == 4
+    assert first.outcome.paid.calls == 4 and again.outcome.cache_hits == 4
+    assert again.outcome.paid.calls == 0 and again.outcome.used == first.outcome.used

@@ -42,6 +42,8 @@ def test_prices_and_cost():
         (minimal(backend="function"), "has no function"),
         ({**minimal(), "run": {"fallback_worker": 3}}, "fallback_worker"),
         ({**minimal(), "run": {"final_answer": "first"}}, "run.final_answer"),
+        (minimal(backend="openai", model="m", base_url="http://x/v1", prefill="vllm"),
+         "'workers.0.prefill' = 'vllm' is not a prefill mode; use one of message, continue"),
     ],
 )
 def test_bad_pools(data, needle):

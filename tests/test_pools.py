@@ -41,6 +41,8 @@ def test_paper_pools_list_the_papers_workers_in_order():
     assert (gpt.reasoning_effort, gpt.max_tokens_param) == ("minimal", "max_completion_tokens")
     assert (con.workers[3].thinking, con.workers[5].thinking) == (False, True)
     assert [w.backend for w in con.workers[:3]] == ["gemini", "anthropic", "openai"]
+    # the vLLM-served Conductor continues its prompt's assistant prefill
+    assert con.conductor.prefill == unc.conductor.prefill == "continue"
     assert load_pool(ROOT / "configs/pools/local.toml").conductor.backend == "embedded"
 
 
@@ -146,8 +148,8 @@ def test_budget_stops_a_workflow_before_it_spends_more():
     steps = capped.rounds[0].run.steps
     assert [s.status for s in steps] == ["ok", "skipped", "skipped"]
     assert "max_calls = 2" in steps[1].error and capped.stopped and capped.answer is None
-    assert n_capped == 2 and capped.usage().calls == 2  # the Conductor + one worker
-    assert free.usage().calls == 4 and free.stopped is None
+    assert n_capped == 2 and capped.outcome.used.calls == 2  # the Conductor + one worker
+    assert free.outcome.used.calls == 4 and free.stopped is None
 
 
 def podium(*args, env=None):
@@ -180,7 +182,7 @@ def test_secrets_never_leave_their_endpoint(tmp_path):
     data = json.loads(trace.read_text())
     worker_bad = [s for s in data["steps"] if s["worker_name"] == "bad"][0]
     assert worker_bad["status"] == "error" and worker_bad["error_kind"] == "auth"
-    assert data["usage"]["cache_hits"] >= 2  # run 2: conductor and the keyed worker from cache
+    assert data["cache_hits"] >= 2  # run 2: conductor and the keyed worker from cache
     assert keyed_fps == {fp(SECRET)}  # the key reached its own endpoint ...
     assert fp(SECRET) not in other_fps  # ... and nowhere else
     assert shown[0].returncode == 0 and "$PODIUM_TEST_SECRET" in shown[0].stdout

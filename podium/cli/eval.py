@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -15,39 +16,60 @@ from podium.errors import ConfigError
 
 
 def _check_meta(out: Path, meta: dict) -> None:
+    from podium.eval.runner import RECORD_FORMAT
+
     path = out / "meta.json"
     if path.exists():
         old = json.loads(path.read_text("utf-8"))
-        for key in ("task", "system", "split", "seed"):
+        if old.get("format") != RECORD_FORMAT:
+            raise ConfigError(f"{out} holds results written by an older podium, which cannot be "
+                              "resumed. Use another --out folder.")
+        for key in ("task", "system", "split", "seed", "preset"):
             if old.get(key) != meta.get(key):
                 raise ConfigError(
                     f"{out} already holds results for {key} = {old.get(key)!r}, not "
                     f"{meta.get(key)!r}. Use another --out folder, or the same settings to resume."
                 )
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(meta, indent=2), "utf-8")
+    path.write_text(json.dumps({**meta, "format": RECORD_FORMAT}, indent=2), "utf-8")
+
+
+def _acc(acc: float | None, se: float | None) -> str:
+    if acc is None:
+        return "-"
+    return f"{100 * acc:.2f}%" + ("" if se is None else f" ± {100 * se:.2f}")
+
+
+def _counts(counts: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items())
 
 
 def summary_table(summary: dict, title: str) -> Table:
     table = Table(title=title, title_justify="left", show_header=False)
-    acc = summary["accuracy"]
-    se = summary["stderr"]
+    s = summary
+    errors = s["error_classes"]
+    parse = "; ".join(f"round {k}: {_counts(v)}" for k, v in s["parse_failures"].items())
     rows = [
-        ("accuracy", "-" if acc is None else f"{100 * acc:.2f}%"
-         + ("" if se is None else f" ± {100 * se:.2f}")),
-        ("items / records", f"{summary['items']} / {summary['records']} "
-         f"({summary['repeats']} repeats)"),
-        ("skipped / errors", f"{summary['skipped']} / {summary['errors'] or 0}"),
-        ("calls per item", _f(summary["calls_per_item"], ".2f")),
-        ("tokens per item", _f(summary["tokens_per_item"], ".0f")),
-        ("cost per item", _f(summary["cost_per_item"], ".6f", "$")),
-        ("latency per item", _f(summary["latency_per_item"], ".2f", suffix=" s")),
-        ("cache hits", str(summary["cache_hits"])),
-        ("parse failures", _f(summary["parse_failure_rate"], ".1%")
-         + (f" {summary['parse_failures']}" if summary["parse_failures"] else "")),
-        ("steps (count: items)", ", ".join(f"{k}: {v}" for k, v in summary["steps"].items())),
-        ("worker selection", ", ".join(f"{k} {v:.0%}"
-                                       for k, v in summary["worker_selection"].items())),
+        ("accuracy (graded items)", _acc(s["accuracy"], s["stderr"])),
+        ("accuracy (all items)", _acc(s["accuracy_all"], s["stderr_all"])
+         + (" (errors count as wrong)" if s["errors"] else "")),
+        ("items / records", f"{s['items']} / {s['records']} ({s['repeats']} repeats)"),
+        ("graded / errors / skipped", f"{s['graded']} / {s['errors']} / {s['skipped']}"),
+        *([("errors by class", _counts(errors["by_reason"]))] if s["errors"] else []),
+        ("format errors", str(s["format_errors"])),
+        ("calls per item", _f(s["calls_per_item"], ".2f")),
+        ("tokens per item", _f(s["tokens_per_item"], ".0f")),
+        ("cost per item", _f(s["cost_per_item"], ".6f", "$") + " (list price)"),
+        ("paid by this run", f"{s['paid_calls']} calls · {s['paid_tokens']} tokens · "
+         + _f(s["paid_cost"], ".6f", "$") + f" · {s['cache_hits']} cache hits"),
+        ("latency per item", _f(s["latency_per_item"], ".2f", suffix=" s")),
+        ("parse failures", _f(s["parse_failure_rate"], ".1%") + (f" ({parse})" if parse else "")),
+        *([("fallbacks", str(s["fallbacks"]))] if s["fallbacks"] else []),
+        *([("recursion (last round)", ", ".join(
+            f"{d} {v['count']} (acc {v['accuracy']:.0%})" for d, v in s["recursion"].items()))]
+          if s["recursion"] else []),
+        ("steps (count: items)", ", ".join(f"{k}: {v}" for k, v in s["steps"].items())),
+        ("worker selection", ", ".join(f"{k} {v:.0%}" for k, v in s["worker_selection"].items())),
     ]
     for k, v in rows:
         table.add_row(k, v)
@@ -64,12 +86,14 @@ async def _run(args: dict, console: Console) -> dict:
     from podium.eval.runner import EvalConfig, evaluate, read_results
     from podium.eval.summary import summarize
     from podium.pipeline import Pipeline
-    from podium.tasks import get_task
+    from podium.tasks import get_task, preset_for
 
-    task = get_task(args["task"], **args["task_options"])
-    items = task.load(split=args["split"], n=args["n"], seed=args["seed"])
+    preset_split, preset_options = preset_for(args["preset"], args["task"])
+    split = args["split"] or preset_split or "test"
+    task = get_task(args["task"], **{**preset_options, **args["task_options"]})
+    items = task.load(split=split, n=args["n"], seed=args["seed"])
     if not items:
-        raise ConfigError(f"Task {args['task']} has no items for split {args['split']!r}.")
+        raise ConfigError(f"Task {args['task']} has no items for split {split!r}.")
     pool = load_pool(args["pool"])
     # A Conductor output that does not parse is a format error in evaluation (scored wrong, its
     # reason counted), not a silent single-worker fallback, unless --fallback asks for one.
@@ -78,12 +102,13 @@ async def _run(args: dict, console: Console) -> dict:
         update["cache"] = False
     settings = pool.run.model_copy(update=update)
     out = Path(args["out"])
-    _check_meta(out, {"task": task.name, "system": args["system"], "split": args["split"],
-                      "seed": args["seed"], "n": len(items), "repeats": args["repeats"],
-                      "pool": pool.source, "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+    _check_meta(out, {"task": task.name, "system": args["system"], "split": split,
+                      "seed": args["seed"], "preset": args["preset"], "n": len(items),
+                      "repeats": args["repeats"], "pool": pool.source,
+                      "started": time.strftime("%Y-%m-%d %H:%M:%S")})
     config = EvalConfig(args["repeats"], args["concurrency"], args["retry_errors"],
                         args["traces"])
-    stats = {"done": 0, "correct": 0, "graded": 0, "cost": 0.0}
+    stats = {"done": 0, "correct": 0, "graded": 0, "errors": 0, "cost": 0.0}
     total = len(items) * args["repeats"]
     try:
         async with Pipeline(pool, settings=settings) as pipe:
@@ -96,13 +121,14 @@ async def _run(args: dict, console: Console) -> dict:
 
                 def on_record(rec: dict) -> None:
                     stats["done"] += 1
-                    if rec["status"] != "skipped":
-                        stats["graded"] += 1
-                        stats["correct"] += bool(rec.get("correct"))
-                    stats["cost"] += rec.get("cost") or 0.0
+                    stats["graded"] += rec["status"] == "ok"
+                    stats["errors"] += rec["status"] == "error"
+                    stats["correct"] += bool(rec.get("correct"))
+                    stats["cost"] += (rec.get("paid") or {}).get("cost_usd") or 0.0
                     acc = stats["correct"] / stats["graded"] if stats["graded"] else 0.0
-                    progress.update(bar, advance=1,
-                                    status=f"acc {acc:.1%} · ${stats['cost']:.4f}")
+                    errors = f" · {stats['errors']} errors" if stats["errors"] else ""
+                    progress.update(bar, advance=1, status=f"acc {acc:.1%}{errors} · "
+                                    f"${stats['cost']:.4f} paid")
 
                 already = len([k for k in read_results(out / "results.jsonl")
                                if k[1] < args["repeats"]])
@@ -122,7 +148,21 @@ def run_eval(**args) -> int:
     summary = asyncio.run(_run(args, console))
     console.print(summary_table(summary, f"{args['task']} · {args['system']} · {args['out']}"))
     console.print(f"Results: {args['out']}/results.jsonl · summary: {args['out']}/summary.json")
-    return 0
+    return _report_errors(Console(stderr=True), summary)
+
+
+def _report_errors(console: Console, summary: dict) -> int:
+    """Say what failed and how to rerun it; 1 when every attempted item failed."""
+    if not summary["errors"]:
+        return 0
+    classes = summary["error_classes"]
+    example = classes["example"]
+    console.print(
+        f"[bold yellow]{summary['errors']} item(s) were not scored[/] "
+        f"({_counts(classes['by_reason'])})" + (f", e.g. {escape(example)}" if example else "")
+        + ". Fix the cause (an unreachable endpoint, a key, the grader's environment) and rerun "
+        "the same command with --retry-errors.", soft_wrap=True)
+    return 1 if summary["graded"] == 0 else 0
 
 
 def run_report(folders: list[str], out: str) -> int:

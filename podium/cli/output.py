@@ -93,8 +93,7 @@ class LiveView:
                 c.print(f"[yellow]{what} Falling back to a single step on worker "
                         f"{turn.workflow.steps[0].worker} ({name}).[/]")
             else:
-                c.print(f"[yellow]{what}[/]" + (" The previous answer stands." if turn.round
-                                                 else ""))
+                c.print(f"[yellow]{what}[/]")
         if turn.workflow is not None:
             c.print(workflow_table(turn, self.worker_names))
 
@@ -121,12 +120,17 @@ class LiveView:
         if result.answer is not None:
             c.print(Panel(escape(result.answer.strip()) or "[dim](empty)[/]",
                           title="[bold]Answer[/]", title_align="left", border_style="green"))
-        u = result.usage()
-        cost = f"${u.cost:.6f}" if u.cost is not None else "unknown (no price in the pool file)"
-        hits = f" (+{u.cache_hits} from cache)" if u.cache_hits else ""
-        c.print(f"[bold]Totals[/] {u.calls} calls{hits} · {u.prompt_tokens} prompt + "
-                f"{u.completion_tokens} completion tokens · {result.wall_s:.1f}s wall · "
-                f"cost {cost}")
+        out = result.outcome
+        for note in out.notes:
+            c.print(f"[yellow]{escape(note)}[/]", soft_wrap=True)
+        used, paid = out.used, out.paid
+        cost = f"${used.cost:.6f}" if used.cost is not None else "unknown (no price in the pool file)"
+        hits = (f" · {out.cache_hits} from the cache (paid {paid.calls} calls, "
+                f"{'$' + format(paid.cost, '.6f') if paid.cost is not None else 'unknown'})"
+                if out.cache_hits else "")
+        c.print(f"[bold]Totals[/] {used.calls} calls · {used.prompt_tokens} prompt + "
+                f"{used.completion_tokens} completion tokens · {result.wall_s:.1f}s wall · "
+                f"cost {cost}{hits}")
         if result.stopped:
             c.print(f"[yellow]Stopped early: {escape(result.stopped)}[/]")
         if trace:
@@ -146,13 +150,11 @@ def error(console: Console, exc: BaseException, *, unexpected: bool = False) -> 
 
 
 def no_answer(console: Console, result) -> None:
-    reasons = []
-    for rnd in result.rounds:
-        if rnd.conductor.error:
-            reasons.append(rnd.conductor.error)
-        for rec in rnd.run.steps if rnd.run else []:
-            if rec.status == "error" and rec.error:
-                reasons.append(rec.error)
-    why = reasons[0] if reasons else "the workflow produced no answer"
-    console.print(f"[bold red]No answer:[/] {escape(why)}. Check that every endpoint in the "
-                  "pool file is reachable (podium ask --debug shows more).", soft_wrap=True)
+    cause = result.outcome.cause
+    why = cause.sentence() if cause else "the workflow produced no answer"
+    fix = {
+        "worker": "Check that every endpoint in the pool file is reachable and its key is set "
+                  "(podium pool check).",
+        "infra": "This is a podium or environment failure; rerun with --debug and report it.",
+    }.get(cause.cls if cause else "", "Try again, or look at the workflow with --verbose.")
+    console.print(f"[bold red]No answer:[/] {escape(why)}. {fix}", soft_wrap=True)

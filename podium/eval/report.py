@@ -1,10 +1,13 @@
 """`podium report DIR...`: systems side by side, as a Markdown table and PNG plots.
 
 Each DIR is an `podium eval --out` folder (meta.json + results.jsonl). The table has one row
-per system and one column per task (accuracy ± s.e., in %), then calls, tokens and cost per
-item averaged over the tasks, like the paper's Tables 6-8. Plots: accuracy against cost (or
-tokens, when prices are unknown or all zero) per item; the workflow step-count histogram; worker usage by
-step position.
+per system and one column per task (accuracy ± s.e. over graded items, in %, with the number of
+errors — items a worker or infrastructure failure kept from being scored — when there are
+any), then calls, tokens and cost per item averaged over the tasks, like the paper's Tables 6-8.
+Calls, tokens and cost are what each workflow used at list price, cache hits included, so
+systems compare alike whatever the cache held; the last column is what the runs paid. Plots:
+accuracy against cost (or tokens, when prices are unknown or all zero) per item; the workflow
+step-count histogram; worker usage by step position.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from podium.errors import ConfigError
-from podium.eval.runner import RESULTS, read_results
+from podium.eval.runner import RECORD_FORMAT, RESULTS, read_results
 from podium.eval.summary import summarize
 
 
@@ -25,15 +28,19 @@ def load_run(folder: Path) -> dict[str, Any]:
         raise ConfigError(f"{folder} is not an evaluation folder (it needs meta.json and "
                           f"{RESULTS}); pass folders written by `podium eval --out`.")
     meta = json.loads(meta_path.read_text("utf-8"))
+    if meta.get("format") != RECORD_FORMAT:
+        raise ConfigError(f"{folder} was written by an older podium; rerun `podium eval` into "
+                          "a new --out folder to report it.")
     records = list(read_results(results).values())
     return {"folder": str(folder), **meta, "summary": summarize(records)}
 
 
 def _fmt_acc(s: dict) -> str:
+    errors = f" ({s['errors']} errors)" if s["errors"] else ""
     if s["accuracy"] is None:
-        return "-"
+        return "-" + errors
     se = f" ± {100 * s['stderr']:.2f}" if s["stderr"] is not None else ""
-    return f"{100 * s['accuracy']:.2f}{se}"
+    return f"{100 * s['accuracy']:.2f}{se}{errors}"
 
 
 def _avg(values: list[float | None]) -> float | None:
@@ -45,7 +52,7 @@ def markdown_table(runs: list[dict]) -> str:
     tasks = sorted({r["task"] for r in runs})
     systems = list(dict.fromkeys(r["system"] for r in runs))
     cell = {(r["system"], r["task"]): r["summary"] for r in runs}
-    head = ["system", *tasks, "avg", "calls/item", "tokens/item", "cost/item ($)"]
+    head = ["system", *tasks, "avg", "calls/item", "tokens/item", "cost/item ($)", "paid ($)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for system in systems:
         sums = [cell.get((system, t)) for t in tasks]
@@ -55,10 +62,12 @@ def markdown_table(runs: list[dict]) -> str:
         calls = _avg([s["calls_per_item"] for s in present])
         tokens = _avg([s["tokens_per_item"] for s in present])
         cost = _avg([s["cost_per_item"] for s in present])
+        paid = [s["paid_cost"] for s in present]
         row = [system, *[_fmt_acc(s) if s else "-" for s in sums], avg,
                f"{calls:.1f}" if calls is not None else "-",
                f"{tokens:.0f}" if tokens is not None else "-",
-               f"{cost:.5f}" if cost is not None else "-"]
+               f"{cost:.5f}" if cost is not None else "-",
+               f"{sum(paid):.4f}" if None not in paid else "-"]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 

@@ -5,8 +5,11 @@ finishes. A rerun after a crash or `kill -9` reads the file, drops a torn last l
 every (item, repeat) already recorded; so no item is run twice or lost. `--retry-errors` reruns
 the ones recorded as errors (the newer line wins when the summary reads the file).
 
-Every outcome is a record: `ok` (graded), `skipped` (the task cannot run the item here, e.g.
-missing libraries), `error` (the system or the grader crashed; the reason is kept).
+Every (item, repeat) is a record, built from the run's outcome (`podium.outcome`): `ok`
+(graded; a format error or another model failure scores 0), `error` (a worker or infrastructure
+failure decided it: an unreachable endpoint, a rejected key, a crashed grader, a sandbox that
+cannot start; its `cause` names the class and the reason, and `--retry-errors` reruns it), or
+`skipped` (the task cannot run the item here, e.g. missing libraries).
 """
 
 from __future__ import annotations
@@ -17,15 +20,18 @@ import os
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from podium.baselines import System
+from podium.outcome import INTERNAL, Failure, grade_outcome
 from podium.pipeline import RunResult
 from podium.tasks.base import Item, Task
+from podium.workflow.types import access_json
 
 RESULTS = "results.jsonl"
+RECORD_FORMAT = 2  # results written before run outcomes had failure classes: not resumable
 
 
 @dataclass(frozen=True)
@@ -71,28 +77,24 @@ class ResultWriter:
         self._fh.close()
 
 
-def _summarise_run(result: RunResult) -> dict[str, Any]:
-    u = result.usage()
+def run_record(result: RunResult) -> dict[str, Any]:
+    """The record of one graded run: its outcome as the pipeline built it, the final workflow
+    and the grade's fields at the top level (status, correct, score, extracted, reason)."""
+    out = result.outcome
+    data = out.to_json()
+    grade = data.pop("grade", None) or {}
     final = result.final_round
-    conductor = result.rounds[0].conductor
-    steps = final.run.steps if final.run else []
+    reason = out.cause.reason if out.cause is not None else grade.get("reason", "")
     return {
-        "answer": result.answer,
-        "calls": u.calls,
-        "cache_hits": u.cache_hits,
-        "prompt_tokens": u.prompt_tokens,
-        "completion_tokens": u.completion_tokens,
-        "cost": u.cost,
+        "status": out.status,
+        "correct": out.correct,
+        "score": grade.get("score", 0.0) if out.status == "ok" else 0.0,
+        "extracted": grade.get("extracted"),
+        "reason": reason,
+        **data,
+        "workflow": [{"worker": s.worker, "name": s.worker_name, "access": access_json(s.access)}
+                     for s in (final.run.steps if final.run else [])],
         "latency_s": round(result.wall_s, 3),
-        "parse_reason": conductor.parse_reason,
-        "fallback": conductor.fallback,
-        "conductor_error": conductor.error,
-        "workflow": [{"worker": s.worker, "name": s.worker_name,
-                      "access": "all" if s.access == "all" else list(s.access)} for s in steps],
-        "step_errors": [s.error_kind for s in steps if s.status == "error"],
-        "rounds": len(result.rounds),
-        "kept": [r.conductor.kept for r in result.rounds[1:]],
-        "stopped": result.stopped,
     }
 
 
@@ -105,19 +107,15 @@ async def _one(task: Task, system: System, item: Item, repeat: int,
     try:
         result = await system.run(task.format(item), sample_id=repeat)
     except Exception as exc:  # a crashed system is a recorded error, never a silent drop
-        return {**base, "status": "error", "reason": f"system: {type(exc).__name__}: {exc}",
-                "correct": False, "trace": traceback.format_exc(limit=5)}
-    record = {**base, **_summarise_run(result)}
+        cause = Failure("infra", INTERNAL, f"{type(exc).__name__}: {exc}", "system")
+        return {**base, "status": "error", "correct": False, "reason": INTERNAL,
+                "cause": cause.to_json(), "failures": [cause.to_json()],
+                "trace": traceback.format_exc(limit=5)}
+    result = replace(result, outcome=await grade_outcome(result.outcome, task, item))
     if traces is not None:
         name = f"{item.id}-{repeat}.json".replace("/", "_")
         (traces / name).write_text(json.dumps(result.to_json(), ensure_ascii=False), "utf-8")
-    try:
-        grade = await task.grade(item, result.answer)
-    except Exception as exc:
-        return {**record, "status": "error", "correct": False,
-                "reason": f"grader_error: {type(exc).__name__}: {exc}"}
-    return {**record, "status": "ok", "correct": grade.correct, "score": grade.score,
-            "extracted": grade.extracted, "reason": grade.reason}
+    return {**base, **run_record(result)}
 
 
 async def evaluate(

@@ -1,9 +1,18 @@
-"""Summaries of evaluation records: accuracy ± standard error, usage, workflow statistics.
+"""Summaries of evaluation records: accuracy ± standard error, errors apart, usage, workflows.
 
-Accuracy is computed per repeat over the graded items (skipped items are left out and
-counted), then averaged; the standard error is the standard deviation of the per-repeat
-accuracies over sqrt(repeats) (the paper's mean ± s.e.). With one repeat it is the binomial
-standard error sqrt(p(1-p)/n) over items.
+Every number is read from the records' outcomes (`podium.outcome`); nothing is recomputed.
+
+* **Accuracy** is shown twice: over the graded items (`status == "ok"`; a format error is
+  graded and scores 0) and over every attempted item (errors count as wrong). Errors — a worker
+  or infrastructure failure decided the item — are counted apart, by class and reason. Skipped
+  items are in neither. Each accuracy is computed per repeat, then averaged; the standard error
+  is the standard deviation of the per-repeat accuracies over sqrt(repeats) (the paper's
+  mean ± s.e.); with one repeat it is the binomial sqrt(p(1-p)/n) over items.
+* **Usage** per item is what the workflow used — every call, cache hits included, at list
+  price — averaged over graded items: systems are compared on it whatever the cache held
+  (the paper's Tables 5-6). What this run paid (cache hits free) is summed over every record.
+* **Recursion**: the last round's decision (kept, revised, format_error, failed) with the
+  accuracy of each; parse failures are counted for every round.
 """
 
 from __future__ import annotations
@@ -18,48 +27,106 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def summarize(records: list[dict]) -> dict[str, Any]:
-    graded = [r for r in records if r["status"] in ("ok", "error")]
+def accuracy(records: list[dict]) -> tuple[float | None, float | None, list[float]]:
+    """(mean accuracy over repeats, its standard error, the per-repeat accuracies)."""
     by_repeat: dict[int, list[bool]] = defaultdict(list)
-    for r in graded:
+    for r in records:
         by_repeat[r["repeat"]].append(bool(r.get("correct")))
-    accs = [sum(v) / len(v) for v in by_repeat.values() if v]
+    accs = [sum(v) / len(v) for _, v in sorted(by_repeat.items()) if v]
     acc = _mean(accs)
     if len(accs) > 1:
         se = statistics.stdev(accs) / math.sqrt(len(accs))
-    elif acc is not None and graded:
-        se = math.sqrt(acc * (1 - acc) / len(graded))
+    elif acc is not None:
+        se = math.sqrt(acc * (1 - acc) / len(records))
     else:
         se = None
-    ran = [r for r in records if "calls" in r]
-    costs = [r["cost"] for r in ran]
+    return acc, se, accs
+
+
+def _usage(records: list[dict], key: str) -> dict[str, Any]:
+    usages = [r[key] for r in records if key in r]
+    costs = [u["cost_usd"] for u in usages]
+    return {
+        "calls": [u["calls"] for u in usages],
+        "tokens": [u["total_tokens"] for u in usages],
+        "cost": None if not costs or any(c is None for c in costs) else costs,
+    }
+
+
+def _errors(errors: list[dict]) -> dict[str, Any]:
+    causes = [r.get("cause") or {"class": "infra", "reason": r.get("reason", "")}
+              for r in errors]
+    return {
+        "by_class": dict(Counter(c["class"] for c in causes)),
+        "by_reason": dict(Counter(f"{c['class']}: {c['reason']}" for c in causes)),
+        "example": next((c.get("detail") for c in causes if c.get("detail")), None),
+    }
+
+
+def _recursion(records: list[dict]) -> dict[str, Any]:
+    decided = defaultdict(list)
+    for r in records:
+        rounds = r.get("rounds") or []
+        if len(rounds) > 1:
+            decided[rounds[-1]["decision"]].append(bool(r.get("correct")))
+    return {d: {"count": len(v), "accuracy": sum(v) / len(v)} for d, v in sorted(decided.items())}
+
+
+def _parse_failures(records: list[dict]) -> tuple[dict[int, dict[str, int]], float | None]:
+    by_round: dict[int, Counter] = defaultdict(Counter)
+    failed = 0
+    with_rounds = [r for r in records if r.get("rounds")]
+    for r in with_rounds:
+        reasons = [(rnd["round"], rnd["parse_reason"]) for rnd in r["rounds"]
+                   if rnd.get("parse_reason")]
+        failed += bool(reasons)
+        for k, reason in reasons:
+            by_round[k][reason] += 1
+    rate = failed / len(with_rounds) if with_rounds else None
+    return {k: dict(c) for k, c in sorted(by_round.items())}, rate
+
+
+def summarize(records: list[dict]) -> dict[str, Any]:
+    graded = [r for r in records if r["status"] == "ok"]
+    errors = [r for r in records if r["status"] == "error"]
+    acc, se, accs = accuracy(graded)
+    acc_all, se_all, _ = accuracy(graded + errors)
+    used = _usage(graded, "used")
+    paid = _usage(records, "paid")
+    parse_by_round, parse_rate = _parse_failures(graded + errors)
     position_usage: dict[int, Counter] = defaultdict(Counter)
-    for r in ran:
+    for r in graded:
         for i, step in enumerate(r.get("workflow") or []):
             position_usage[i][step["name"]] += 1
-    selection = Counter(step["name"] for r in ran for step in r.get("workflow") or [])
+    selection = Counter(step["name"] for r in graded for step in r.get("workflow") or [])
     total_steps = sum(selection.values())
     return {
         "items": len({r["item"] for r in records}),
         "records": len(records),
-        "repeats": len(by_repeat),
+        "repeats": len({r["repeat"] for r in records}),
         "graded": len(graded),
         "skipped": sum(r["status"] == "skipped" for r in records),
-        "errors": dict(Counter(r["reason"].split(":")[0] for r in records
-                               if r["status"] == "error")),
+        "errors": len(errors),
+        "error_classes": _errors(errors),
         "accuracy": acc,
         "stderr": se,
+        "accuracy_all": acc_all,
+        "stderr_all": se_all,
         "per_repeat_accuracy": accs,
-        "calls_per_item": _mean([r["calls"] for r in ran]),
-        "tokens_per_item": _mean([r["prompt_tokens"] + r["completion_tokens"] for r in ran]),
-        "cost_per_item": (_mean(costs) if costs and all(c is not None for c in costs)
-                          else None),
-        "latency_per_item": _mean([r["latency_s"] for r in ran]),
-        "cache_hits": sum(r.get("cache_hits", 0) for r in ran),
-        "parse_failures": dict(Counter(r["parse_reason"] for r in ran if r.get("parse_reason"))),
-        "parse_failure_rate": (sum(bool(r.get("parse_reason")) for r in ran) / len(ran)
-                               if ran else None),
+        "format_errors": sum(str(r.get("reason", "")).startswith("parse:") for r in graded),
+        "calls_per_item": _mean(used["calls"]),
+        "tokens_per_item": _mean(used["tokens"]),
+        "cost_per_item": _mean(used["cost"]) if used["cost"] is not None else None,
+        "paid_calls": sum(paid["calls"]),
+        "paid_tokens": sum(paid["tokens"]),
+        "paid_cost": sum(paid["cost"]) if paid["cost"] is not None else None,
+        "cache_hits": sum(r.get("cache_hits", 0) for r in records),
+        "latency_per_item": _mean([r["latency_s"] for r in graded if "latency_s" in r]),
+        "parse_failures": parse_by_round,
+        "parse_failure_rate": parse_rate,
+        "fallbacks": sum(bool(r.get("fallback")) for r in graded),
+        "recursion": _recursion(graded),
         "worker_selection": {k: v / total_steps for k, v in selection.most_common()},
         "worker_by_position": {i: dict(c) for i, c in sorted(position_usage.items())},
-        "steps": dict(sorted(Counter(len(r.get("workflow") or []) for r in ran).items())),
+        "steps": dict(sorted(Counter(len(r.get("workflow") or []) for r in graded).items())),
     }

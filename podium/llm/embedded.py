@@ -7,7 +7,8 @@ serialised, since a llama.cpp context is not thread-safe.
 
 A trailing assistant message is a true prefill here: the chat template is rendered with the
 generation prompt and the prefill text is appended, so the model continues it. Grammars (GBNF)
-constrain decoding natively.
+constrain decoding natively. An exception from llama.cpp (an invalid grammar, a failed decode)
+becomes a `WorkerError` here, like a provider's error in the network backends.
 """
 
 from __future__ import annotations
@@ -149,7 +150,13 @@ class EmbeddedClient:
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
                    sample_id: int | str = 0) -> ChatResponse:
-        return await asyncio.to_thread(self._generate, messages, grammar)
+        try:
+            return await asyncio.to_thread(self._generate, messages, grammar)
+        except (WorkerError, ConfigError):
+            raise
+        except Exception as exc:  # llama.cpp (a bad grammar, a failed decode): one error kind
+            raise WorkerError(self.name, "other", f"llama.cpp failed: {type(exc).__name__}: "
+                              f"{exc}"[:400]) from None
 
     async def aclose(self) -> None:
         return None

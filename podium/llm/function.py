@@ -2,7 +2,8 @@
 
 For tools (a calculator, a code runner, a retriever) and for test environments. The callable
 takes the list of chat messages and returns a string or a `ChatResponse`; it may be async.
-An exception it raises becomes a `WorkerError` of kind `other`.
+An exception it raises becomes a `WorkerError` of kind `other`; a `WorkerError` it raises keeps
+its kind (so a test environment can inject an outage or a rejected key).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
-from podium.llm.base import ChatResponse, Message
+from podium.llm.base import ChatResponse, Message, NoGrammar
 
 
 def import_callable(path: str) -> Callable[..., Any]:
@@ -39,20 +40,15 @@ def import_callable(path: str) -> Callable[..., Any]:
     return target
 
 
-class FunctionClient:
+class FunctionClient(NoGrammar):
     def __init__(self, spec: ModelSpec, fn: Callable[..., Any] | None = None) -> None:
         self.spec = spec
         self.name = spec.name
         self._fn = fn or import_callable(spec.function or "")
 
-    @property
-    def supports_grammar(self) -> bool:
-        return False
-
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
                    sample_id: int | str = 0) -> ChatResponse:
-        if grammar is not None:
-            raise ConfigError(f"Worker {self.name!r} is a function and cannot take a grammar.")
+        self.refuse_grammar(grammar)
         start = time.perf_counter()
         try:
             if inspect.iscoroutinefunction(self._fn) or inspect.iscoroutinefunction(
@@ -63,6 +59,8 @@ class FunctionClient:
                 out = await asyncio.to_thread(self._fn, messages)
                 if inspect.isawaitable(out):  # a sync callable that returned an awaitable
                     out = await out
+        except WorkerError:  # the callable says how it failed (a test environment's faults)
+            raise
         except Exception as exc:  # a tool's failure is data, recorded on the step
             raise WorkerError(self.name, "other", f"{type(exc).__name__}: {exc}") from None
         latency = time.perf_counter() - start

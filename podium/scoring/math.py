@@ -495,7 +495,14 @@ def _pre(response, gold, mode, verifier, extract) -> Grade | str:
     return answer
 
 
+# Verdicts that say the comparison could not be made (not that the answer is wrong).
+_POOL_FAILURES = ("worker_crash", "pool_unavailable", "error")
+
+
 def _post(answer: str, verdict: Verdict) -> Grade:
+    if verdict.reason.startswith(_POOL_FAILURES):
+        return Grade.grader_error(f"math-verify {verdict.reason}", answer, mode="symbolic",
+                                  path="math_verify")
     return Grade.of(verdict.equal, answer, verdict.reason, mode="symbolic", path="math_verify")
 
 

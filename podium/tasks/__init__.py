@@ -77,6 +77,30 @@ def get_task(name: str, **options: Any) -> Task:
     return factory(**options)
 
 
+# Evaluation presets: per task, the split and options that make a run comparable with a
+# published table. "paper" = the reference code's test subsets and graders (PAPER.md §11, D19):
+# MMLU's 1,531-question subset, RLPR's test split capped at 2,000, the whole LiveCodeBench
+# shard, the legacy MATH normaliser, and the reference's letter scan and LCB substring screen.
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "paper": {
+        "mmlu": {"split": "paper_test", "legacy": True},
+        "math500": {"split": "test", "grading": "legacy"},
+        "rlpr": {"split": "paper_test"},
+        "livecodebench": {"split": "all", "legacy_blacklist": True},
+    },
+}
+
+
+def preset_for(preset: str | None, task: str) -> tuple[str | None, dict[str, Any]]:
+    """(split, task options) that `preset` sets for `task`; (None, {}) when it sets none."""
+    if preset is None:
+        return None, {}
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; known presets: {', '.join(PRESETS)}")
+    options = dict(PRESETS[preset].get(task, {}))
+    return options.pop("split", None), options
+
+
 def task_options(name: str) -> dict[str, Any]:
     """The options a named task accepts, with their defaults (for help texts)."""
     if name not in _SPECS:
@@ -86,4 +110,5 @@ def task_options(name: str) -> dict[str, Any]:
     return {p.name: p.default for p in signature.parameters.values() if p.name not in preset}
 
 
-__all__ = ["TASKS", "Item", "Task", "data_dir", "get_task", "task_options"]
+__all__ = ["PRESETS", "TASKS", "Item", "Task", "data_dir", "get_task", "preset_for",
+           "task_options"]

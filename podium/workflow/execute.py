@@ -6,10 +6,13 @@ semaphore that the caller may share across many workflows), renders its messages
 worker. Steps whose dependencies are done run concurrently; what any worker is shown is the same
 as in the paper's sequential execution.
 
-Failures are data: a failed call is recorded on its step (error kind and message) and, by
+Failures are data: a failed call is recorded on its step (error kind and message; a client
+that raises anything but `WorkerError` is recorded as kind `internal`, a podium bug) and, by
 `on_error`, the workflow either continues (later steps see the failed step as an empty response)
 or stops (steps not yet started are marked `skipped`). Every step record holds the exact
 messages sent, the response, tokens, cost, retries, latency and timing relative to the start.
+A step's cost is its list price (a cached answer included: what the step needs); a failed call
+costs what its usage says, usually 0. Cost is None only for a worker without a price.
 
 A `Budget` caps one question's calls, tokens and cost across the Conductor and every round:
 a step that would go past a cap is not called; it and the steps after it are `skipped` with the
@@ -30,7 +33,7 @@ from podium.config import Price
 from podium.errors import WorkerError
 from podium.llm.base import ChatClient, Message
 from podium.workflow.render import MessageOptions, PriorStep, worker_messages
-from podium.workflow.types import Access, Workflow
+from podium.workflow.types import Access, Workflow, access_json
 
 StepStatus = Literal["pending", "running", "ok", "error", "skipped"]
 
@@ -64,7 +67,7 @@ class StepRecord:
 
     def to_json(self) -> dict:
         data = asdict(self)
-        data["access"] = "all" if self.access == "all" else list(self.access)
+        data["access"] = access_json(self.access)
         return data
 
 
@@ -224,7 +227,8 @@ async def execute_workflow(
             rec.status, rec.error_kind, rec.error = "error", exc.kind, str(exc)
             rec.retries = list(exc.retries)
         except Exception as exc:  # a broken client must not take the run down
-            rec.status, rec.error_kind, rec.error = "error", "other", f"{type(exc).__name__}: {exc}"
+            rec.status, rec.error_kind = "error", "internal"
+            rec.error = f"{type(exc).__name__}: {exc}"
         else:
             rec.status, rec.response = "ok", resp.text
             rec.prompt_tokens, rec.completion_tokens = resp.prompt_tokens, resp.completion_tokens
@@ -232,11 +236,10 @@ async def execute_workflow(
             rec.latency_s, rec.model = resp.latency_s, resp.model
             rec.request_id, rec.prefill = resp.request_id, resp.prefill
             rec.cache_hit, rec.retries = resp.cache_hit, list(resp.retries)
-            price = team.prices[rec.worker]
-            rec.cost = 0.0 if resp.cache_hit else (
-                price.cost(rec.prompt_tokens, rec.completion_tokens) if price else None)
-            if budget is not None and not resp.cache_hit:
-                budget.spend(resp.total_tokens, rec.cost)
+        price = team.prices[rec.worker]
+        rec.cost = price.cost(rec.prompt_tokens, rec.completion_tokens) if price else None
+        if budget is not None and not rec.cache_hit:
+            budget.spend(rec.prompt_tokens + rec.completion_tokens, rec.cost)
         rec.finished_s = time.perf_counter() - t0
         if rec.status == "error" and options.on_error == "stop" and not stop:
             stop.append(f"stopped: step {rec.index} ({rec.worker_name}) failed")

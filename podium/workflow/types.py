@@ -20,6 +20,11 @@ from typing import Literal
 Access = Literal["all"] | tuple[int, ...]
 
 
+def access_json(access: Access) -> str | list[int]:
+    """An access entry as JSON: "all", or a list of step indices."""
+    return "all" if access == "all" else list(access)
+
+
 @dataclass(frozen=True)
 class Step:
     worker: int
@@ -33,8 +38,6 @@ class Step:
             return tuple(range(index))
         return tuple(sorted(set(self.access)))
 
-    def access_json(self) -> str | list[int]:
-        return "all" if self.access == "all" else list(self.access)
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ class Workflow:
 
     def to_json(self) -> list[dict]:
         return [
-            {"worker": s.worker, "subtask": s.subtask, "access": s.access_json()}
+            {"worker": s.worker, "subtask": s.subtask, "access": access_json(s.access)}
             for s in self.steps
         ]
 

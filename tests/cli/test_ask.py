@@ -30,7 +30,7 @@ def test_ask_json_on_embedded_model(embedded_run):
     proc, _ = embedded_run
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)  # exactly one JSON object on stdout
-    assert {"answer", "workflow", "steps", "usage"} <= data.keys()
+    assert {"answer", "workflow", "steps", "used", "paid", "fallback", "notes"} <= data.keys()
     assert isinstance(data["answer"], str)
     assert 1 <= len(data["workflow"]) <= 5
     names = {"smol-precise", "smol-creative"}
@@ -42,8 +42,10 @@ def test_ask_json_on_embedded_model(embedded_run):
         assert step["status"] == "ok"
         assert step["messages"][0]["role"] == "user"
         assert "What is 3 + 4?" in step["messages"][0]["content"]
-    usage = data["usage"]
+    usage = data["used"]
     assert usage["calls"] == 1 + len(data["steps"])
+    assert data["paid"]["calls"] + data["cache_hits"] == usage["calls"]
+    assert data["fallback"] is False and data["status"] == "ok" and data["answer_round"] == 0
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] > 0
     assert usage["cost_usd"] == 0.0  # the embedded pool is priced at zero
 
@@ -52,7 +54,7 @@ def test_ask_trace_file_holds_the_conductor_prompt(embedded_run):
     proc, trace = embedded_run
     assert proc.returncode == 0, proc.stderr
     data = json.loads(Path(trace).read_text())
-    conductor = data["rounds"][0]["conductor"]
+    conductor = data["conductor"][0]
     assert [m["role"] for m in conductor["messages"]] == ["system", "user", "assistant"]
     assert "Model id 0" in conductor["messages"][1]["content"]
     assert "smol-precise" not in conductor["messages"][1]["content"]  # ids are masked

@@ -61,7 +61,8 @@ def test_resume_after_kill_9_runs_every_item_exactly_once(tmp_path, dataset):
         pool = server_pool(tmp_path, server)
         out = tmp_path / "run"
         args = podium_cmd("eval", "--task", f"jsonl:{dataset}", "--system", "single:w0",
-                          "--concurrency", "3", "--out", str(out), "--pool", str(pool))
+                          "--repeats", "1", "--concurrency", "3", "--out", str(out),
+                          "--pool", str(pool))
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 env=env())
         wait_for_lines(out / "results.jsonl", 6)
@@ -97,7 +98,7 @@ def test_eval_and_report_side_by_side(tmp_path, dataset):
             assert proc.returncode == 0, proc.stderr
             folders.append(str(out))
     records = list(read_results(Path(folders[1]) / "results.jsonl").values())
-    assert len(records) == 2 * N_ITEMS and all(r["calls"] == 3 for r in records)
+    assert len(records) == 2 * N_ITEMS and all(r["used"]["calls"] == 3 for r in records)
     s = summarize(records)
     assert s["repeats"] == 2 and s["stderr"] is not None
     # every answer is "4": only "What is 2 + 2?" is right, in both repeats
@@ -146,15 +147,17 @@ def test_gsm8k_end_to_end_on_the_embedded_model(tmp_path):
     pool = tmp_path / "embedded.toml"
     pool.write_text(SMALL_EMBEDDED_TEAM)
     out = tmp_path / "gsm8k"
-    proc = subprocess.run(podium_cmd("eval", "--task", "gsm8k", "--n", "5", "--out", str(out),
-                                     "--concurrency", "2", "--pool", str(pool)),
+    proc = subprocess.run(podium_cmd("eval", "--task", "gsm8k", "--n", "5", "--repeats", "1",
+                                     "--out", str(out), "--concurrency", "2", "--pool", str(pool)),
                           capture_output=True, text=True, timeout=900, env=env())
     assert proc.returncode == 0, proc.stderr
     records = list(read_results(out / "results.jsonl").values())
     assert len(records) == 5 and {r["status"] for r in records} == {"ok"}
     for r in records:
-        assert r["calls"] == 1 + len(r["workflow"]) and 1 <= len(r["workflow"]) <= 2
-        assert isinstance(r["correct"], bool) and r["parse_reason"] is None
+        assert r["used"]["calls"] == 1 + len(r["workflow"]) and 1 <= len(r["workflow"]) <= 2
+        assert isinstance(r["correct"], bool) and r["cause"] is None and r["failures"] == []
+        assert r["rounds"] == [{"round": 0, "decision": "planned", "parse_reason": None,
+                                "answered": True}]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["items"] == 5 and summary["parse_failure_rate"] == 0
     assert sum(summary["steps"].values()) == 5
