@@ -205,7 +205,7 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class RoundRecord:
+class Round:
     """The raw material of one round: the Conductor's turn (no messages: a fixed workflow,
     no Conductor call), the workflow run if one ran, and the answer it gave."""
 
@@ -229,7 +229,7 @@ class _Ledger:
             self.paid += one
 
 
-def _decision(rnd: RoundRecord) -> Decision:
+def _decision(rnd: Round) -> Decision:
     turn = rnd.conductor
     if not turn.messages:
         return "fixed"
@@ -256,7 +256,7 @@ def _run_failures(run: WorkflowRun) -> list[Failure]:
     return out
 
 
-def _round_failures(rnd: RoundRecord) -> list[Failure]:
+def _round_failures(rnd: Round) -> list[Failure]:
     turn = rnd.conductor
     where = f"conductor, round {turn.round}"
     found = []
@@ -281,7 +281,7 @@ def _decisive(failures: Sequence[Failure]) -> Failure | None:
     return failures[0] if failures else None
 
 
-def build_outcome(rounds: Sequence[RoundRecord], *,
+def build_outcome(rounds: Sequence[Round], *,
                   recursion_format_error: RecursionFormatError = "zero",
                   stopped: str | None = None) -> Outcome:
     """The outcome of `rounds` (round 0 first), with the answer that stands at the end."""
@@ -319,7 +319,7 @@ def build_outcome(rounds: Sequence[RoundRecord], *,
                    ledger.used, ledger.paid, ledger.hits, stopped, tuple(notes))
 
 
-def _fallback_note(rnd: RoundRecord) -> str:
+def _fallback_note(rnd: Round) -> str:
     turn = rnd.conductor
     step = rnd.run.steps[0] if rnd.run and rnd.run.steps else None
     who = f"worker {step.worker} ({step.worker_name})" if step else "one worker"
@@ -327,7 +327,7 @@ def _fallback_note(rnd: RoundRecord) -> str:
             f"{turn.parse_detail}); one step on {who} answered instead (run.fallback).")
 
 
-def _next_answer(rnd: RoundRecord, decision: Decision, found: list[Failure],
+def _next_answer(rnd: Round, decision: Decision, found: list[Failure],
                  standing: tuple[str | None, int | None, Failure | None],
                  on_format_error: RecursionFormatError
                  ) -> tuple[str | None, int | None, Failure | None, str | None]:

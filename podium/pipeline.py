@@ -29,8 +29,7 @@ from podium.errors import ConfigError
 from podium.llm.base import ChatClient
 from podium.llm.cache import ResponseCache, default_cache_path
 from podium.llm.registry import build_clients
-from podium.outcome import Outcome, build_outcome
-from podium.outcome import RoundRecord as Round
+from podium.outcome import Outcome, Round, build_outcome
 from podium.subpool import PoolView, make_view
 from podium.workflow.execute import (
     Budget,
