@@ -59,7 +59,7 @@ def summary_table(summary: dict, title: str) -> Table:
         ("format errors", str(s["format_errors"])),
         ("calls per item", _f(s["calls_per_item"], ".2f")),
         ("tokens per item", _f(s["tokens_per_item"], ".0f")),
-        ("cost per item", _f(s["cost_per_item"], ".6f", "$") + " (list price)"),
+        ("cost per item", _f(s["cost_per_item"], ".6f", "$", " (list price)")),
         ("paid by this run", f"{s['paid_calls']} calls · {s['paid_tokens']} tokens · "
          + _f(s["paid_cost"], ".6f", "$") + f" · {s['cache_hits']} cache hits"),
         ("latency per item", _f(s["latency_per_item"], ".2f", suffix=" s")),
@@ -125,9 +125,10 @@ async def _run(args: dict, console: Console) -> dict:
                     stats["errors"] += rec["status"] == "error"
                     stats["correct"] += bool(rec.get("correct"))
                     stats["cost"] += (rec.get("paid") or {}).get("cost_usd") or 0.0
-                    acc = stats["correct"] / stats["graded"] if stats["graded"] else 0.0
+                    acc = (f"{stats['correct'] / stats['graded']:.1%}" if stats["graded"]
+                           else "-")
                     errors = f" · {stats['errors']} errors" if stats["errors"] else ""
-                    progress.update(bar, advance=1, status=f"acc {acc:.1%}{errors} · "
+                    progress.update(bar, advance=1, status=f"acc {acc}{errors} · "
                                     f"${stats['cost']:.4f} paid")
 
                 already = len([k for k in read_results(out / "results.jsonl")
