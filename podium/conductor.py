@@ -24,6 +24,22 @@ from podium.workflow.prompt import conductor_messages, recursion_messages
 from podium.workflow.types import Workflow
 
 
+def _prefill(messages: list[Message] | None) -> str:
+    """The assistant prefill the completion continues: parsed with it, since a prompt may open
+    the lists itself (the compact prompt's prefill is `model_id = [`)."""
+    if messages and messages[-1].get("role") == "assistant":
+        return messages[-1].get("content") or ""
+    return ""
+
+
+def plan_messages(question: str, view: PoolView, settings: RunSettings) -> list[Message]:
+    """The root-round prompt for `question` shown `view`: what the Conductor is asked at
+    inference, and what a trainer's policy is prompted with."""
+    return conductor_messages(question, view.entries, prompt=settings.prompt,
+                              fewshots=settings.fewshots, max_steps=settings.max_steps,
+                              display=settings.pool_display)
+
+
 @dataclass(frozen=True)
 class ConductorTurn:
     """One Conductor call, built whole once it is over. A turn with no `messages` stands for
@@ -102,7 +118,7 @@ class Conductor:
         return workflow_grammar(view.shown_ids, self.settings.max_steps, allow_empty=allow_empty)
 
     async def _generate(self, index: int, messages: list[Message], view: PoolView,
-                        allow_empty: bool, sample_id: int) -> ConductorTurn:
+                        allow_empty: bool, sample_id: int | str) -> ConductorTurn:
         base = {"round": index, "messages": messages, "constrained": self.constrained,
                 "view": view}
         start = time.perf_counter()
@@ -117,12 +133,26 @@ class Conductor:
             return ConductorTurn(**base, error=f"{type(exc).__name__}: {exc}",
                                  error_kind=INTERNAL, cost=self._cost(0, 0),
                                  latency_s=time.perf_counter() - start)
-        parsed = self._parse(resp.text, view, allow_empty)
+        return self.read(resp.text, view, index=index, messages=messages,
+                         allow_empty=allow_empty, prompt_tokens=resp.prompt_tokens,
+                         completion_tokens=resp.completion_tokens, latency_s=resp.latency_s,
+                         cache_hit=resp.cache_hit, retries=list(resp.retries),
+                         prefill=resp.prefill)
+
+    def read(self, completion: str, view: PoolView, *, index: int = 0,
+             messages: list[Message] | None = None, allow_empty: bool = False,
+             prompt_tokens: int = 0, completion_tokens: int = 0, **call: object
+             ) -> ConductorTurn:
+        """The turn for a `completion` of the Conductor's prompt, parsed against `view` exactly
+        as a completion generated here is: the Conductor's own calls use it, and so does a
+        trainer that samples completions elsewhere. `call` holds the call's other record fields
+        (latency_s, cache_hit, retries, prefill)."""
         return ConductorTurn(
-            **base, **parsed, completion=resp.text, prompt_tokens=resp.prompt_tokens,
-            completion_tokens=resp.completion_tokens, latency_s=resp.latency_s,
-            cost=self._cost(resp.prompt_tokens, resp.completion_tokens),
-            cache_hit=resp.cache_hit, retries=list(resp.retries), prefill=resp.prefill)
+            index, list(messages or []), completion, constrained=self.constrained, view=view,
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+            cost=self._cost(prompt_tokens, completion_tokens),
+            **self._parse(_prefill(messages) + completion, view, allow_empty),
+            **call)  # type: ignore[arg-type]
 
     def _cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
         return self.price.cost(prompt_tokens, completion_tokens) if self.price else None
@@ -139,17 +169,14 @@ class Conductor:
             return {"parse_reason": exc.reason, "parse_detail": exc.detail}
         return {"workflow": view.to_pool_workflow(shown)}
 
-    async def plan(self, question: str, *, sample_id: int = 0,
+    async def plan(self, question: str, *, sample_id: int | str = 0,
                    view: PoolView | None = None) -> ConductorTurn:
-        s = self.settings
         view = view or self.view
-        messages = conductor_messages(question, view.entries, prompt=s.prompt,
-                                      fewshots=s.fewshots, max_steps=s.max_steps,
-                                      display=s.pool_display)
+        messages = plan_messages(question, view, self.settings)
         return await self._generate(0, messages, view, allow_empty=False, sample_id=sample_id)
 
     async def revise(self, previous: ConductorTurn, answer: str, *,
-                     sample_id: int = 0) -> ConductorTurn:
+                     sample_id: int | str = 0) -> ConductorTurn:
         """A recursion round after `previous`, whose workflow produced `answer`."""
         s = self.settings
         view = previous.view or self.view

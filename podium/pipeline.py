@@ -168,7 +168,7 @@ class Pipeline:
         return RunResult(question, tuple(rounds), outcome, time.perf_counter() - t0)
 
     async def _execute(self, workflow: Workflow, question: str, round_index: int,
-                       previous: WorkflowRun | None, budget: Budget, sample_id: int,
+                       previous: WorkflowRun | None, budget: Budget, sample_id: int | str,
                        on_event: Event | None) -> WorkflowRun:
         return await execute_workflow(
             workflow, question, self.team, options=exec_options(self.settings),
@@ -176,7 +176,7 @@ class Pipeline:
             round_index=round_index, sample_id=sample_id, budget=budget, on_event=on_event,
         )
 
-    async def run_workflow(self, question: str, workflow: Workflow, *, sample_id: int = 0,
+    async def run_workflow(self, question: str, workflow: Workflow, *, sample_id: int | str = 0,
                            label: str = "fixed", answer: AnswerRule | None = None,
                            on_event: Event | None = None) -> RunResult:
         """Run a given workflow (a baseline's) with this pool's executor, limits and budget;
@@ -197,22 +197,44 @@ class Pipeline:
         return replace(turn, fallback=True,
                        workflow=Workflow((Step(worker, FALLBACK_SUBTASK, ()),)))
 
-    async def ask(self, question: str, *, sample_id: int = 0,
+    def _view(self, workers: Sequence[int] | None) -> PoolView:
+        if workers is None:
+            return self.conductor.view
+        return make_view(self.pool.workers, workers, self.settings.subpool_ids)
+
+    async def ask(self, question: str, *, sample_id: int | str = 0,
                   workers: Sequence[int] | None = None,
                   on_event: Event | None = None) -> RunResult:
         """Answer one question. `sample_id` tells repeated samples of it apart (the response
         cache keys on it), e.g. the G rollouts of one training question. `workers` restricts
         the Conductor to those pool indices (a sub-pool; ids shown as `run.subpool_ids`)."""
-        if not question or not question.strip():
-            raise ConfigError("The question is empty. Pass the question as text, e.g. "
-                              "podium ask \"What is 17 * 3?\".")
+        _check_question(question)
         t0 = time.perf_counter()
+        view = self._view(workers)
+        turn = await self.conductor.plan(question, sample_id=sample_id, view=view)
+        return await self._run(question, turn, view, sample_id, on_event, t0)
+
+    async def run_completion(self, question: str, completion: str, *, messages: list,
+                             workers: Sequence[int] | None = None, sample_id: int | str = 0,
+                             prompt_tokens: int = 0, completion_tokens: int = 0,
+                             on_event: Event | None = None) -> RunResult:
+        """Run a Conductor completion sampled elsewhere (a trainer's rollout of the prompt
+        `messages`) exactly as `ask` runs one the Conductor generated: the same parser, view,
+        executor, limits, budget, cache and outcome."""
+        _check_question(question)
+        t0 = time.perf_counter()
+        view = self._view(workers)
+        turn = self.conductor.read(completion, view, messages=messages,
+                                   prompt_tokens=prompt_tokens,
+                                   completion_tokens=completion_tokens)
+        return await self._run(question, turn, view, sample_id, on_event, t0)
+
+    async def _run(self, question: str, turn: ConductorTurn, view: PoolView,
+                   sample_id: int | str, on_event: Event | None, t0: float) -> RunResult:
+        """Round 0 from the Conductor's turn, then the recursion rounds."""
         s = self.settings
         budget = Budget(s.max_calls, s.max_tokens, s.max_cost)
-        budget.reserve()  # the Conductor's first call is always made
-        view = (self.conductor.view if workers is None
-                else make_view(self.pool.workers, workers, s.subpool_ids))
-        turn = await self.conductor.plan(question, sample_id=sample_id, view=view)
+        budget.reserve()  # the Conductor's first call
         self._spend(turn, budget)
         if turn.workflow is None and turn.error is None and s.fallback:
             turn = self._fallback(turn, view)
@@ -243,3 +265,9 @@ class Pipeline:
             rounds.append(Round(turn, run, run.answer))
             stopped = run.stopped or stopped
         return self._result(question, rounds, stopped, t0)
+
+
+def _check_question(question: str) -> None:
+    if not question or not question.strip():
+        raise ConfigError("The question is empty. Pass the question as text, e.g. "
+                          "podium ask \"What is 17 * 3?\".")

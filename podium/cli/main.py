@@ -108,6 +108,24 @@ def report_cmd(
     raise typer.Exit(_guard(lambda: run_report(folders, out), debug))
 
 
+@app.command("train")
+def train_cmd(
+    config: str = typer.Option(..., "--config", "-c", help="Training config (TOML); "
+                               "configs/train/ has recipes."),
+    overrides: list[str] = typer.Option(None, "--set", help="Override a config key: "
+                                        "section.key=value (repeatable)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Build everything (data, policy, "
+                                 "reward, trainer), print the plan, train nothing."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint "
+                                "in the output folder."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Train a Conductor with GRPO: rewards are the team's graded answers."""
+    from podium.cli.train import run_train
+
+    raise typer.Exit(_guard(lambda: run_train(config, overrides or [], dry_run, resume), debug))
+
+
 pool_app = typer.Typer(help="Look at and check a pool file.", no_args_is_help=True)
 app.add_typer(pool_app, name="pool")
 

@@ -172,7 +172,7 @@ async def execute_workflow(
     options: ExecOptions = ExecOptions(),
     previous_round: Sequence[PriorStep] = (),
     round_index: int = 0,
-    sample_id: int = 0,
+    sample_id: int | str = 0,
     budget: Budget | None = None,
     on_event: StepEvent | None = None,
 ) -> WorkflowRun:

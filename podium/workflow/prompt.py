@@ -23,7 +23,10 @@ The previous answer shown in a recursion round is cropped (head and tail kept) o
 estimated size of the whole prompt (`estimate_tokens`) would pass `max_prompt_tokens`.
 
 Prompt versions and few-shot sets live in small registries (`PROMPTS`, `FEWSHOT_SETS`) so that
-the ablations (other few-shot sets, no examples, recursion templates) are a name away. All
+the ablations (other few-shot sets, no examples, recursion templates) are a name away. `v1` is
+the paper's shape (reason first, then the lists); `compact` is for small Conductors and fast CPU
+training: a short template whose prefill (``model_id = [``) opens the lists, so the plan comes
+at once (the completion is parsed together with the prefill it continues). All
 wording here is podium's own; the few-shot questions are written for podium and come from none
 of the benchmarks it evaluates.
 """
@@ -256,12 +259,37 @@ _RECURSION_PREFILL_V1 = (
     "I will consider whether the previous workflow and its answer need any changes."
 )
 
+# A compact prompt for small Conductors (and fast CPU training): no reasoning, no examples by
+# default; the prefill opens the lists, so the model writes the plan straight away.
+_TEMPLATE_COMPACT = """\
+Answer the question by consulting a team of models, one step at a time, in at most \
+{max_steps} steps. Each step names a model, gives it a subtask, and says which earlier steps \
+it sees ("all" or []). The last step's response is the answer.
+
+{examples}Question: {question}
+
+Models:
+{models}
+
+Write three lists of the same length, one entry per step, like this two-step plan:
+model_id = [1, 0]
+subtasks = ["Solve the question.", "Check the solution and give the final answer."]
+access_list = [[], "all"]"""
+
 PROMPTS: dict[str, ConductorPrompt] = {
     "v1": ConductorPrompt(
         name="v1",
         system=_SYSTEM_V1,
         template=_TEMPLATE_V1,
         prefill=_PREFILL_V1,
+        recursion=_RECURSION_V1,
+        recursion_prefill=_RECURSION_PREFILL_V1,
+    ),
+    "compact": ConductorPrompt(
+        name="compact",
+        system=_SYSTEM_V1,
+        template=_TEMPLATE_COMPACT,
+        prefill="model_id = [",
         recursion=_RECURSION_V1,
         recursion_prefill=_RECURSION_PREFILL_V1,
     ),

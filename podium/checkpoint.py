@@ -1,0 +1,109 @@
+"""What a trained Conductor carries: the pool it was trained on, and a model card.
+
+A Conductor knows its workers only by masked id, so running it with a pool whose ids mean other
+workers silently breaks it. `podium train` writes `podium-conductor.json` into every checkpoint:
+the pool (id, name, backend and model of each worker), the run settings that shape the prompt
+(prompt version, few-shot set, pool display, step limit, access mode, sub-pool ids), the base
+model, the recipe and the last metrics; and a `README.md` model card. `check_pool` compares a
+pool with the card: the same workers under the same ids, or a sub-pool of them, is fine;
+anything else is refused with the difference named, unless the caller allows a mismatch.
+
+This module reads and writes JSON only (no torch), so `podium ask` and `podium eval` can check
+a checkpoint without the `train` extra.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from podium.config import Pool, RunSettings
+from podium.errors import ConfigError
+
+CARD = "podium-conductor.json"
+CARD_FORMAT = 1
+PROMPT_SETTINGS = ("prompt", "fewshots", "pool_display", "max_steps", "access_mode",
+                   "subpool_ids")
+
+
+def pool_signature(pool: Pool) -> list[dict[str, Any]]:
+    return [{"id": i, "name": w.name, "backend": w.backend, "model": w.model}
+            for i, w in enumerate(pool.workers)]
+
+
+def card_of(pool: Pool, settings: RunSettings, **extra: Any) -> dict[str, Any]:
+    return {"format": CARD_FORMAT, "pool": pool_signature(pool), "pool_source": pool.source,
+            "run": {k: getattr(settings, k) for k in PROMPT_SETTINGS}, **extra}
+
+
+def write_card(folder: Path, card: dict[str, Any]) -> None:
+    """The card and a README.md model card, written into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / CARD).write_text(json.dumps(card, indent=2, ensure_ascii=False), "utf-8")
+    workers = "\n".join(f"| {w['id']} | {w['name']} | {w['backend']} | {w['model']} |"
+                        for w in card["pool"])
+    metrics = "\n".join(f"- {k}: {v}" for k, v in (card.get("metrics") or {}).items())
+    (folder / "README.md").write_text(f"""# A podium Conductor
+
+Trained with `podium train` (GRPO) from `{card.get('base_model', '?')}` on the recipe
+`{card.get('recipe', '?')}` for {card.get('steps', '?')} steps.
+
+It plans workflows for this pool, whose workers it knows only by id; run it with the same pool
+(or a sub-pool of it):
+
+| id | name | backend | model |
+|---|---|---|---|
+{workers}
+
+Prompt settings: `{json.dumps(card['run'])}`.
+
+Training data: {json.dumps(card.get('data', {}))}.
+
+Last logged metrics:
+{metrics or '- (none)'}
+""", "utf-8")
+
+
+def read_card(folder: str | Path) -> dict[str, Any] | None:
+    path = Path(folder) / CARD
+    if not path.is_file():
+        return None
+    try:
+        card = json.loads(path.read_text("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not a valid Conductor card ({exc}); the checkpoint is "
+                          "damaged: use another one.") from None
+    if card.get("format") != CARD_FORMAT:
+        raise ConfigError(f"{path} was written by another podium version (format "
+                          f"{card.get('format')!r}).")
+    return card
+
+
+def pool_mismatch(card: dict[str, Any], pool: Pool) -> list[str]:
+    """How `pool` differs from the pool in `card` (empty: the same pool or a sub-pool of it)."""
+    trained = {w["id"]: w for w in card["pool"]}
+    problems = []
+    for now in pool_signature(pool):
+        then = trained.get(now["id"])
+        if then is None:
+            problems.append(f"id {now['id']} ({now['name']}) was not in the trained pool")
+            continue
+        for key in ("backend", "model", "name"):
+            if then[key] != now[key]:
+                problems.append(f"id {now['id']}: {key} {now[key]!r}, trained with "
+                                f"{then[key]!r}")
+    return problems
+
+
+def check_pool(folder: str | Path, pool: Pool, *, allow_mismatch: bool = False) -> None:
+    """Refuse to run the Conductor in `folder` with a pool its ids do not fit."""
+    card = read_card(folder)
+    if card is None or allow_mismatch:
+        return
+    problems = pool_mismatch(card, pool)
+    if problems:
+        raise ConfigError(
+            f"The Conductor in {folder} was trained on another pool ({card.get('pool_source')}): "
+            + "; ".join(problems) + ". It knows workers only by id, so use its pool file (or a "
+            "sub-pool with the same ids), or pass --allow-pool-mismatch.")

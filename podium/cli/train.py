@@ -1,0 +1,35 @@
+"""`podium train`: train a Conductor with GRPO from a TOML config."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from podium.errors import ConfigError
+
+INSTALL = ("Training needs the `train` extra: pip install 'podium[train]' (torch 2.13.0 CPU, "
+           "transformers, trl, datasets).")
+
+
+def run_train(config: str, overrides: list[str], dry_run: bool, resume: bool) -> int:
+    console = Console()
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        raise ConfigError(INSTALL) from None
+    from podium.train.config import load_train_config
+    from podium.train.trainer import build, train
+
+    cfg = load_train_config(config, overrides)
+    if dry_run:
+        plan = build(cfg)
+        try:
+            console.print("[bold]Plan[/] (--dry-run: built, not trained)")
+            for line in plan.lines:
+                console.print("  " + line, markup=False, highlight=False)
+        finally:
+            plan.close()
+        return 0
+    final = train(cfg, resume=resume)
+    console.print(f"Trained Conductor: {final} (metrics: {cfg.output.dir}/metrics.jsonl, "
+                  f"transcripts: {cfg.output.dir}/transcripts.jsonl)")
+    return 0

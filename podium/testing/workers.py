@@ -1,0 +1,36 @@
+"""Exact function workers for tests and small training runs (`backend = "function"`).
+
+`adder` solves "What is A + B?" (the overall task's first such question) and answers in
+`<answer>` tags; `zero` always answers 0, in the same shape; `down` fails like an unreachable endpoint.
+Together they make a pool in which the worker choice decides the reward.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SUM = re.compile(r"What is (-?\d+) \+ (-?\d+)\?")
+
+
+def _task(messages: list[dict]) -> str:
+    text = messages[0]["content"]
+    start = text.find("<overall_task>")
+    return text[start:] if start >= 0 else text
+
+
+def adder(messages: list[dict]) -> str:
+    match = _SUM.search(_task(messages))
+    if match is None:
+        return "I cannot find a sum to do. <answer>0</answer>"
+    return f"<answer>{int(match[1]) + int(match[2])}</answer>"
+
+
+def zero(messages: list[dict]) -> str:
+    return "<answer>0</answer>"
+
+
+def down(messages: list[dict]) -> str:
+    """An endpoint that cannot be reached (a worker outage)."""
+    from podium.errors import WorkerError
+
+    raise WorkerError("down", "transport", "could not reach the endpoint (a test outage)")

@@ -1,0 +1,235 @@
+"""The training configuration: one TOML file, every field typed and documented.
+
+    [model]
+    path = "smollm2"                  # a Hugging Face model directory or hub name, or "smollm2"
+
+    [pool]
+    file = "configs/pools/local.toml" # the workers the rewards run on (default: embedded)
+
+    [[data.tasks]]
+    name = "gsm8k"                    # any registered task, or "jsonl:FILE"
+    n = 240
+    seed = 42
+
+    [reward]
+    scheme = "paper"                  # {0 format error, 0.5 wrong, 1 right}
+
+    [grpo]
+    max_steps = 200
+    questions_per_step = 4
+    generations = 64
+
+Unknown keys are rejected with the key named; `podium train --set grpo.learning_rate=1e-5`
+overrides any field (the value is read as TOML, else as text). Defaults are the paper's recipe
+(PAPER.md §8.2) where it gives one: lr 1e-6 with cosine decay and 3% warm-up, no KL, clip 0.2,
+Adam eps 1e-8, token-level `bnpo` loss (D7, D8), temperature 1.0, completions of up to 1,024
+tokens, the paper reward (D1) and infrastructure failures dropped from the loss (D9).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from podium.config import RunSettings
+from podium.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelSection(_Section):
+    path: str = Field("smollm2", description="The policy: a Hugging Face model directory, a hub "
+                      "name, or 'smollm2' (the bundled SmolLM2-135M-Instruct GGUF, converted once "
+                      "to a trainable directory under the podium cache).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights' dtype: auto = float32 on CPU, bfloat16 on GPU.")
+
+
+class PoolSection(_Section):
+    file: str | None = Field(None, description="Pool file (TOML) whose workers run every "
+                             "rollout's workflow; none = the embedded default.")
+
+
+class TaskSpec(_Section):
+    name: str = Field(description="A registered task (gsm8k, math500, ...) or 'jsonl:FILE'.")
+    n: int | None = Field(None, ge=1, description="Items drawn from the split (seeded); "
+                          "none = all.")
+    seed: int = Field(0, description="Seed of this task's sample (the paper: MMLU 42, MATH 44, "
+                      "RLPR 45, LCB 46).")
+    split: str = Field("train", description="Training split; the reference splits never overlap "
+                       "the test split that evaluation uses.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Task options, as "
+                                    "get_task takes them (e.g. data_dir, path).")
+
+
+class DataSection(_Section):
+    tasks: tuple[TaskSpec, ...] = Field(description="The training mix: one entry per task.")
+    shuffle_seed: int = Field(47, description="Seed of the shuffle of the concatenated mix "
+                              "(the paper: 47).")
+
+
+class RewardSection(_Section):
+    scheme: Literal["paper", "code"] = Field(
+        "paper", description="paper: {0 format error, 0.5 wrong, 1 right}; code: {0, 0.5, 1.5} "
+        "(the reference code, D1).")
+    on_infra_failure: Literal["drop", "zero"] = Field(
+        "drop", description="A rollout touched by a worker or infrastructure failure: drop = "
+        "unscorable (out of its group's baseline, advantage 0; D9); zero = reward 0 (the "
+        "reference code).")
+    cost_weight: float = Field(0.0, ge=0, description="Beyond the paper: reward -= cost_weight "
+                               "x cost / cost_scale, cost being the rollout's list-price USD.")
+    cost_scale: float = Field(0.001, gt=0, description="The cost that one unit of cost_weight "
+                              "stands for (USD).")
+
+
+class SubpoolSection(_Section):
+    fraction: float = Field(0.0, ge=0, le=1, description="Share of rows shown a random "
+                            "sub-pool (PAPER.md §9); the rest see the whole pool.")
+    k_min: int = Field(1, ge=1, description="Smallest sub-pool.")
+    k_max: int | None = Field(None, ge=1, description="Largest sub-pool (none: the pool).")
+    groups: dict[str, tuple[int, ...]] = Field(
+        default_factory=dict, description="Named sub-pools by pool index (e.g. closed = "
+        "[0, 1, 2]) drawn with probability group_prob.")
+    group_prob: float = Field(0.0, ge=0, le=1, description="Chance a sampled sub-pool is one "
+                              "of the named groups.")
+    seed: int = Field(0, description="Seed of the sub-pool draws.")
+
+
+class GRPOSection(_Section):
+    max_steps: int = Field(200, ge=1, description="Optimizer steps (the paper: 200).")
+    questions_per_step: int = Field(4, ge=1, description="Questions per step (the paper: 4).")
+    generations: int = Field(64, ge=2, description="Rollouts per question (the paper: 64).")
+    per_device_batch: int | None = Field(None, ge=1, description="Completions per forward/"
+                                         "backward pass; none = generations (gradient "
+                                         "accumulation fills the step).")
+    learning_rate: float = Field(1e-6, gt=0)
+    lr_scheduler: str = Field("cosine", description="transformers scheduler name.")
+    warmup_ratio: float = Field(0.03, ge=0, le=1)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    adam_epsilon: float = Field(1e-8, gt=0, description="Adam's eps (D7: the paper's 0.2 is "
+                                "the clip).")
+    beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model.")
+    epsilon: float = Field(0.2, gt=0, description="GRPO clip range (D7).")
+    loss_type: Literal["bnpo", "grpo", "dr_grpo", "dapo"] = Field(
+        "bnpo", description="Loss aggregation: bnpo = token level (the reference code, D8); "
+        "grpo = per completion (the paper's eq. 1).")
+    scale_rewards: Literal["group", "batch", "none"] = Field("group")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_completion_tokens: int = Field(1024, ge=1)
+    mask_truncated_completions: bool = Field(False)
+    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus (0: none).")
+    seed: int = Field(42)
+    save_steps: int = Field(20, ge=1, description="Checkpoint every N steps.")
+    logging_steps: int = Field(1, ge=1)
+    bf16: bool | None = Field(None, description="none = on with a GPU, off on CPU.")
+    gradient_checkpointing: bool = Field(False)
+    report_to: tuple[str, ...] = Field((), description="e.g. ['tensorboard'] or ['wandb'].")
+    use_vllm: bool = Field(False, description="Generate with vLLM (GPU recipes).")
+    vllm_mode: Literal["server", "colocate"] = Field("server")
+    vllm_server_base_url: str | None = Field(None, description="A running `trl vllm-serve`.")
+    vllm_gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
+
+
+class OutputSection(_Section):
+    dir: str = Field("runs/train/conductor", description="Checkpoints, metrics.jsonl and "
+                     "transcripts.jsonl go here.")
+    transcripts_per_step: int = Field(4, ge=0, description="Rollouts saved per step (one of "
+                                      "each reward value first).")
+
+
+class TrainConfig(_Section):
+    model: ModelSection = ModelSection()
+    pool: PoolSection = PoolSection()
+    data: DataSection
+    reward: RewardSection = RewardSection()
+    subpool: SubpoolSection = SubpoolSection()
+    grpo: GRPOSection = GRPOSection()
+    run: dict[str, Any] = Field(default_factory=dict, description="Run settings ([run] keys of "
+                                "a pool file) over the pool's own, e.g. max_steps, fewshots.")
+    output: OutputSection = OutputSection()
+    source: str = "<dict>"
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        try:
+            RunSettings(**self.run)
+        except ValidationError as e:
+            raise ValueError(f"[run]: {_errors(e)}") from None
+        if self.subpool.k_max is not None and self.subpool.k_max < self.subpool.k_min:
+            raise ValueError("subpool.k_max must be at least subpool.k_min")
+        return self
+
+
+def _errors(err: ValidationError) -> str:
+    out = []
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"])
+        out.append(f"unknown key '{where}'" if e["type"] == "extra_forbidden"
+                   else f"'{where}': {e['msg']}")
+    return "; ".join(out)
+
+
+def _value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """`data` with each `section.key=value` of `overrides` set (values read as TOML)."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: write it as section.key=value, e.g. "
+                              "--set grpo.learning_rate=1e-5")
+        *path, last = key.strip().split(".")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: {part!r} is not a section")
+        node[last] = _value(text.strip())
+    return out
+
+
+def train_config_from_dict(data: dict[str, Any], source: str = "<dict>") -> TrainConfig:
+    try:
+        return TrainConfig(**{**data, "source": source})
+    except ValidationError as e:
+        raise ConfigError(f"Training config {source} is not valid: {_errors(e)}. Fix these keys "
+                          "(docs/training.md lists every key).") from None
+
+
+def load_train_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
+    """Read a training config; `overrides` are `section.key=value` strings."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"Training config {p} does not exist. Pass a TOML file with --config "
+                          "(configs/train/ has recipes).")
+    try:
+        data = tomllib.loads(p.read_text("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"Training config {p} is not valid TOML: {e}. Fix the syntax.") from None
+    data = _resolve_paths(data, p.parent)
+    return train_config_from_dict(apply_overrides(data, overrides or []), str(p))
+
+
+def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A relative pool file is read relative to the working directory when it exists there,
+    else relative to the config file (so recipes work from the repository root and beside
+    their config)."""
+    pool = data.get("pool") or {}
+    file = pool.get("file")
+    if file and not Path(file).is_absolute() and not Path(file).exists() \
+            and (base / file).exists():
+        data = {**data, "pool": {**pool, "file": str(base / file)}}
+    return data

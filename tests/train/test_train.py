@@ -1,0 +1,187 @@
+"""`podium train`: real TRL GRPO steps on CPU with the bundled SmolLM2, against function workers.
+
+The policy is prompted with a router prompt registered here: the subtask and access list are
+prefilled and the model writes only the worker id, so that rollouts parse often and a step has
+reward spread (id 1, the adder, is right; id 0 answers 0; any other id is a format error). The
+runs are seeded, so they are the same on every run on the same machine.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("trl")
+
+from podium.cli.main import app  # noqa: E402
+from podium.workflow.prompt import PROMPTS, ConductorPrompt  # noqa: E402
+
+ROUTER = ConductorPrompt(
+    name="router-test",
+    system="You pick which model answers the question.",
+    template="Question: {question}\n\nModels:\n{models}\n{examples}\nPick one model id.",
+    prefill='subtasks = ["Answer the question."]\naccess_list = [[]]\nmodel_id = [',
+)
+
+POOL = """
+[conductor]
+backend = "embedded"
+
+[[workers]]
+name = "zero"
+backend = "function"
+function = "podium.testing.workers:{zero}"
+
+[[workers]]
+name = "adder"
+backend = "function"
+function = "podium.testing.workers:{adder}"
+
+[run]
+cache = false
+"""
+
+CONFIG = """
+[pool]
+file = "pool.toml"
+
+[[data.tasks]]
+name = "jsonl:{data}"
+split = "all"
+options = {{ grader = "numeric" }}
+
+[run]
+prompt = "router-test"
+fewshots = "none"
+max_steps = 1
+
+[grpo]
+max_steps = 2
+questions_per_step = 1
+generations = 4
+max_completion_tokens = 4
+learning_rate = 1e-4
+save_steps = 1
+temperature = 1.2
+
+[output]
+dir = "{out}"
+transcripts_per_step = 4
+"""
+
+
+@pytest.fixture(autouse=True)
+def router_prompt(monkeypatch):
+    monkeypatch.setitem(PROMPTS, ROUTER.name, ROUTER)
+
+
+def setup(tmp_path: Path, zero: str = "zero", adder: str = "adder") -> Path:
+    data = tmp_path / "sums.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {i} + {i + 3}?",
+                                        "answer": str(2 * i + 3)}) + "\n" for i in range(12)))
+    (tmp_path / "pool.toml").write_text(POOL.format(zero=zero, adder=adder))
+    config = tmp_path / "train.toml"
+    config.write_text(CONFIG.format(data=data, out=tmp_path / "out"))
+    return config
+
+
+def podium_train(*args: str) -> str:
+    result = CliRunner().invoke(app, ["train", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_dry_run_prints_the_plan_and_trains_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    output = podium_train("--config", str(setup(tmp_path)), "--dry-run",
+                          "--set", "grpo.generations=8")
+    for part in ("policy", "134.5M parameters", "0 zero, 1 adder", "12 rows",
+                 "1 questions x 8 rollouts", "reward      paper"):
+        assert part in output, output
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+def test_grpo_steps_train_the_policy_checkpoint_and_resume(tmp_path, monkeypatch):
+    from podium.train.model import resolve_model
+
+    monkeypatch.chdir(tmp_path)
+    config = setup(tmp_path)
+    out = tmp_path / "out"
+    podium_train("--config", str(config))
+    logged = [m for m in metrics(out) if "reward" in m]
+    assert [m["step"] for m in logged] == [1, 2]
+    assert any(m["reward_std"] > 0 for m in logged), logged  # the workers made a difference
+    for m in logged:
+        assert 0 <= m["podium/correct"] <= 1 and "podium/format_error" in m
+        assert m["podium/infra_dropped"] == 0
+    base, trained = weights(Path(resolve_model("smollm2"))), weights(out / "final")
+    changed = [k for k in base if not (base[k] == trained[k]).all()]
+    assert changed, "no parameter moved"
+    transcripts = [json.loads(x) for x in (out / "transcripts.jsonl").read_text().splitlines()]
+    assert {t["step"] for t in transcripts} == {0, 1}
+    assert all("completion" in t and "reward" in t for t in transcripts)
+    for folder in ("checkpoint-1", "checkpoint-2", "final"):
+        card = json.loads((out / folder / "podium-conductor.json").read_text())
+        assert [w["name"] for w in card["pool"]] == ["zero", "adder"]
+        assert card["run"]["prompt"] == "router-test"
+        assert (out / folder / "README.md").is_file()
+
+    podium_train("--config", str(config), "--resume", "--set", "grpo.max_steps=3")
+    assert [m["step"] for m in metrics(out) if "reward" in m] == [1, 2, 3]  # not from step 0
+
+
+def test_rollouts_hit_by_an_outage_are_dropped(tmp_path, monkeypatch):
+    """Every worker is down: a rollout that parses is touched by the outage and scores None
+    (dropped); the others are format errors."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    podium_train("--config", str(setup(tmp_path, zero="down", adder="down")),
+                 "--set", "grpo.max_steps=1", "--set", "grpo.generations=8",
+                 "--set", "grpo.temperature=0.7")
+    (logged,) = [m for m in metrics(out) if "reward" in m]
+    assert logged["podium/infra_dropped"] > 0
+    assert logged["podium/infra_dropped"] + logged["podium/format_error"] == pytest.approx(1)
+    assert logged["podium/correct"] == 0
+
+
+@pytest.mark.parametrize(("failed", "moves"), [(None, False), (0.0, True)])
+def test_an_unscorable_reward_does_not_reach_the_gradient(tmp_path, failed, moves):
+    """TRL with the rewards podium hands it: half of each group right (1.0), half touched by an
+    outage. Dropped (None), the outage leaves no reward spread, so no parameter moves; scored
+    0 instead (on_infra_failure = "zero"), the same rollouts move the policy."""
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from podium.train.model import load_policy
+
+    model, tokenizer = load_policy("smollm2")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def reward(prompts, completions, **kwargs):
+        return [1.0 if i % 2 == 0 else failed for i in range(len(completions))]
+
+    args = GRPOConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4,
+                      num_generations=4, max_completion_length=4, learning_rate=1e-3,
+                      beta=0.0, use_cpu=True, report_to="none", seed=0, save_strategy="no",
+                      logging_steps=1)
+    prompt = [{"role": "user", "content": "Say a number."}]
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args,
+                          train_dataset=Dataset.from_list([{"prompt": prompt}] * 4),
+                          processing_class=tokenizer)
+    trainer.train()
+    moved = any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert moved is moves
