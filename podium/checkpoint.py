@@ -107,3 +107,42 @@ def check_pool(folder: str | Path, pool: Pool, *, allow_mismatch: bool = False) 
             f"The Conductor in {folder} was trained on another pool ({card.get('pool_source')}): "
             + "; ".join(problems) + ". It knows workers only by id, so use its pool file (or a "
             "sub-pool with the same ids), or pass --allow-pool-mismatch.")
+
+
+def with_conductor(pool: Pool, source: str, *, allow_mismatch: bool = False) -> Pool:
+    """`pool` with its Conductor replaced by `source` (`--conductor`):
+
+    * a checkpoint directory (from `podium train`): run in process with transformers; its card
+      is checked against the pool and its prompt settings are used;
+    * a `.gguf` file (from `podium export`): run by the embedded llama.cpp backend;
+    * an `http(s)://.../v1` URL, optionally `#MODEL` (default "conductor"): an OpenAI-compatible
+      server (vLLM, llama.cpp's llama-server) that continues the prompt's prefill.
+
+    Sampling settings (temperature, max_tokens) stay the pool's."""
+    from podium.config import ConductorSpec
+
+    old = pool.conductor
+    keep = {"temperature": old.temperature, "max_tokens": old.max_tokens, "seed": old.seed,
+            "top_p": old.top_p, "price": old.price, "constrained": False}
+    run = pool.run
+    if source.startswith(("http://", "https://")):
+        url, _, model = source.partition("#")
+        spec = ConductorSpec(name="conductor", backend="openai", base_url=url,
+                             model=model or "conductor", prefill="continue", **keep)
+    elif source.endswith(".gguf"):
+        if not Path(source).is_file():
+            raise ConfigError(f"--conductor {source}: no such file. Pass a GGUF written by "
+                              "podium export, a checkpoint directory or a server URL.")
+        spec = ConductorSpec(name=Path(source).stem, backend="embedded", model=source, **keep)
+    elif (Path(source) / "config.json").is_file():
+        check_pool(source, pool, allow_mismatch=allow_mismatch)
+        card = read_card(source)
+        if card is not None:
+            run = run.model_copy(update=card["run"])
+        spec = ConductorSpec(name=Path(source).resolve().name, backend="transformers",
+                             model=str(source), **keep)
+    else:
+        raise ConfigError(f"--conductor {source!r} is not a checkpoint directory (no "
+                          "config.json), a .gguf file or an http(s) URL. Pass the folder "
+                          "podium train wrote (e.g. runs/train/NAME/final).")
+    return pool.model_copy(update={"conductor": spec, "run": run})

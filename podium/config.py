@@ -33,8 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from podium.errors import ConfigError
 
-Backend = Literal["openai", "anthropic", "gemini", "embedded", "function"]
-BACKENDS: tuple[str, ...] = ("openai", "anthropic", "gemini", "embedded", "function")
+Backend = Literal["openai", "anthropic", "gemini", "embedded", "function", "transformers"]
+BACKENDS: tuple[str, ...] = ("openai", "anthropic", "gemini", "embedded", "function",
+                             "transformers")
 # How an OpenAI-compatible server is asked to continue a trailing assistant message
 Prefill = Literal["message", "continue", "completions"]
 PREFILLS: tuple[str, ...] = ("message", "continue", "completions")
@@ -58,9 +59,11 @@ class ModelSpec(_Frozen):
     """One model endpoint: a worker, or the Conductor."""
 
     name: str = Field(description="What traces, tables and errors call this model.")
-    backend: Backend = Field(description="openai | anthropic | gemini | embedded | function.")
+    backend: Backend = Field(description="openai | anthropic | gemini | embedded | function | "
+                             "transformers (a checkpoint directory run in process).")
     model: str = Field("", description="Model name sent to the endpoint; for embedded, "
-                       "'smollm2' (the bundled GGUF) or a path to a .gguf file.")
+                       "'smollm2' (the bundled GGUF) or a path to a .gguf file; for "
+                       "transformers, a model directory.")
     base_url: str | None = Field(None, description="OpenAI-compatible endpoint, e.g. "
                                  "http://localhost:8000/v1.")
     api_key_env: str | None = Field(None, description="Environment variable holding the key.")
@@ -277,6 +280,10 @@ def _check_backend_fields(spec: ModelSpec, source: str) -> None:
     if spec.backend == "function" and not spec.function:
         raise ConfigError(f"Model {spec.name!r} in {source} uses backend 'function' but has no "
                           "function. Set function = \"package.module:callable\".")
+    if spec.backend == "transformers" and not spec.model:
+        raise ConfigError(f"Model {spec.name!r} in {source} uses backend 'transformers' but has "
+                          "no model. Set model to a checkpoint directory (e.g. "
+                          "runs/train/NAME/final).")
     _check_prefill_fields(spec, source)
 
 

@@ -22,12 +22,16 @@ def _settings(pool, recursion: int | None, no_cache: bool):
 
 
 async def _ask(question: str, pool_path: str | None, recursion: int | None,
-               workers: list[str] | None, no_cache: bool, show: output.LiveView | None):
+               workers: list[str] | None, no_cache: bool, show: output.LiveView | None,
+               conductor: str | None = None, allow_pool_mismatch: bool = False):
+    from podium.checkpoint import with_conductor
     from podium.config import load_pool
     from podium.pipeline import Pipeline
     from podium.subpool import choose_workers
 
     pool = load_pool(pool_path)
+    if conductor:
+        pool = with_conductor(pool, conductor, allow_mismatch=allow_pool_mismatch)
     chosen = choose_workers(pool.workers, workers) if workers else None
     if show:
         show.header(pool, chosen)
@@ -40,7 +44,8 @@ async def _ask(question: str, pool_path: str | None, recursion: int | None,
 
 def run_ask(question: str, *, pool: str | None, recursion: int | None,
             workers: list[str] | None = None, no_cache: bool = False, trace: str | None,
-            json_out: bool, verbose: bool, debug: bool) -> int:
+            json_out: bool, verbose: bool, debug: bool, conductor: str | None = None,
+            allow_pool_mismatch: bool = False) -> int:
     err = Console(stderr=True)
     out = Console()
     show = None if json_out else output.LiveView(out, verbose=verbose)
@@ -48,7 +53,8 @@ def run_ask(question: str, *, pool: str | None, recursion: int | None,
         if not question.strip():
             raise ConfigError("The question is empty. Pass the question as text, e.g. "
                               "podium ask \"What is 17 * 3?\".")
-        _, result = asyncio.run(_ask(question, pool, recursion, workers, no_cache, show))
+        _, result = asyncio.run(_ask(question, pool, recursion, workers, no_cache, show,
+                                     conductor, allow_pool_mismatch))
     except PodiumError as exc:
         if show:
             show.stop()

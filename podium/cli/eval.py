@@ -95,6 +95,11 @@ async def _run(args: dict, console: Console) -> dict:
     if not items:
         raise ConfigError(f"Task {args['task']} has no items for split {split!r}.")
     pool = load_pool(args["pool"])
+    if args.get("conductor"):
+        from podium.checkpoint import with_conductor
+
+        pool = with_conductor(pool, args["conductor"],
+                              allow_mismatch=args.get("allow_pool_mismatch", False))
     # A Conductor output that does not parse is a format error in evaluation (scored wrong, its
     # reason counted), not a silent single-worker fallback, unless --fallback asks for one.
     update = {"fallback": args["fallback"]}
@@ -104,6 +109,7 @@ async def _run(args: dict, console: Console) -> dict:
     out = Path(args["out"])
     _check_meta(out, {"task": task.name, "system": args["system"], "split": split,
                       "seed": args["seed"], "preset": args["preset"], "n": len(items),
+                      "conductor": args.get("conductor"),
                       "repeats": args["repeats"], "pool": pool.source,
                       "started": time.strftime("%Y-%m-%d %H:%M:%S")})
     config = EvalConfig(args["repeats"], args["concurrency"], args["retry_errors"],

@@ -29,6 +29,11 @@ def ask(
                                   "rounds after the first (default: the pool's run.recursion, 0)."),
     workers: str = typer.Option(None, "--workers", "-w", help="Comma-separated worker names: "
                                 "run with this sub-pool only."),
+    conductor: str = typer.Option(None, "--conductor", help="A trained Conductor: a podium "
+                                  "train checkpoint directory, a .gguf file, or an "
+                                  "OpenAI-compatible URL[#MODEL]."),
+    allow_pool_mismatch: bool = typer.Option(False, "--allow-pool-mismatch", help="Run a "
+                                             "checkpoint with a pool it was not trained on."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Call every model afresh; don't "
                                   "read or write the response cache."),
     trace: str = typer.Option(None, "--trace", help="Write the full trace (every prompt and "
@@ -44,7 +49,8 @@ def ask(
 
     names = [n.strip() for n in workers.split(",") if n.strip()] if workers else None
     code = run_ask(question, pool=pool, recursion=recursion, workers=names, no_cache=no_cache,
-                   trace=trace, json_out=json_out, verbose=verbose, debug=debug)
+                   trace=trace, json_out=json_out, verbose=verbose, debug=debug,
+                   conductor=conductor, allow_pool_mismatch=allow_pool_mismatch)
     raise typer.Exit(code)
 
 
@@ -64,6 +70,11 @@ def eval_cmd(
     out: str = typer.Option(None, "--out", "-o", help="Results folder (default "
                             "runs/eval/TASK-SYSTEM); rerun with the same folder to resume."),
     pool: str = typer.Option(None, "--pool", "-p", help="Pool file (default: embedded)."),
+    conductor: str = typer.Option(None, "--conductor", help="A trained Conductor: a podium "
+                                  "train checkpoint directory, a .gguf file, or an "
+                                  "OpenAI-compatible URL[#MODEL]."),
+    allow_pool_mismatch: bool = typer.Option(False, "--allow-pool-mismatch", help="Run a "
+                                             "checkpoint with a pool it was not trained on."),
     split: str = typer.Option(None, "--split", help="Which split of the task (default: the "
                               "preset's, else test)."),
     preset: str = typer.Option(None, "--preset", help="paper: the reference code's test "
@@ -90,6 +101,7 @@ def eval_cmd(
     code = _guard(lambda: run_eval(task=task, system=system, n=n, repeats=repeats,
                                    concurrency=concurrency, out=out, pool=pool, split=split,
                                    seed=seed, preset=preset, task_options=options,
+                                   conductor=conductor, allow_pool_mismatch=allow_pool_mismatch,
                                    no_cache=no_cache,
                                    fallback=fallback,
                                    retry_errors=retry_errors, traces=traces), debug)

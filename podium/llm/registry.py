@@ -3,7 +3,7 @@ the layers every call goes through:
 
     CachedClient          identical earlier request -> answered from the response cache
       ReliableClient      RPM/TPM limits, retries with backoff, re-asks on empty replies
-        backend client    openai | anthropic | gemini | embedded | function
+        backend client    openai | anthropic | gemini | embedded | function | transformers
 
 Network backends get the reliability layer; the embedded model and Python functions don't need
 it. Concurrency limits live in the executor's `Team`, shared by every workflow.
@@ -38,6 +38,10 @@ def _backend(spec: ModelSpec, store: ModelStore | None) -> ChatClient:
         return EmbeddedClient(spec, store or ModelStore())
     if spec.backend == "function":
         return FunctionClient(spec)
+    if spec.backend == "transformers":
+        from podium.llm.transformers_local import TransformersClient
+
+        return TransformersClient(spec)
     raise AssertionError(f"unhandled backend {spec.backend!r}")  # the config validates it
 
 

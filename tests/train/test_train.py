@@ -73,9 +73,11 @@ transcripts_per_step = 4
 """
 
 
-@pytest.fixture(autouse=True)
-def router_prompt(monkeypatch):
-    monkeypatch.setitem(PROMPTS, ROUTER.name, ROUTER)
+@pytest.fixture(scope="module", autouse=True)
+def router_prompt():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(PROMPTS, ROUTER.name, ROUTER)
+        yield
 
 
 def setup(tmp_path: Path, zero: str = "zero", adder: str = "adder") -> Path:
@@ -114,22 +116,28 @@ def test_dry_run_prints_the_plan_and_trains_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
 
 
-def test_grpo_steps_train_the_policy_checkpoint_and_resume(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """Two GRPO steps, checkpointed every step; the folder holds pool.toml and out/."""
+    tmp_path = tmp_path_factory.mktemp("trained")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        podium_train("--config", str(setup(tmp_path)))
+    return tmp_path
+
+
+def test_grpo_steps_train_the_policy_and_checkpoint_it(trained):
     from podium.train.model import resolve_model
 
-    monkeypatch.chdir(tmp_path)
-    config = setup(tmp_path)
-    out = tmp_path / "out"
-    podium_train("--config", str(config))
+    out = trained / "out"
     logged = [m for m in metrics(out) if "reward" in m]
     assert [m["step"] for m in logged] == [1, 2]
     assert any(m["reward_std"] > 0 for m in logged), logged  # the workers made a difference
     for m in logged:
         assert 0 <= m["podium/correct"] <= 1 and "podium/format_error" in m
         assert m["podium/infra_dropped"] == 0
-    base, trained = weights(Path(resolve_model("smollm2"))), weights(out / "final")
-    changed = [k for k in base if not (base[k] == trained[k]).all()]
-    assert changed, "no parameter moved"
+    base, final = weights(Path(resolve_model("smollm2"))), weights(out / "final")
+    assert [k for k in base if not (base[k] == final[k]).all()], "no parameter moved"
     transcripts = [json.loads(x) for x in (out / "transcripts.jsonl").read_text().splitlines()]
     assert {t["step"] for t in transcripts} == {0, 1}
     assert all("completion" in t and "reward" in t for t in transcripts)
@@ -139,8 +147,41 @@ def test_grpo_steps_train_the_policy_checkpoint_and_resume(tmp_path, monkeypatch
         assert card["run"]["prompt"] == "router-test"
         assert (out / folder / "README.md").is_file()
 
-    podium_train("--config", str(config), "--resume", "--set", "grpo.max_steps=3")
-    assert [m["step"] for m in metrics(out) if "reward" in m] == [1, 2, 3]  # not from step 0
+
+def ask(*args: str) -> tuple[int, str]:
+    """(exit code, stdout), or the whole output when the command failed."""
+    result = CliRunner().invoke(app, ["ask", "What is 2 + 3?", "--json", "--no-cache", *args],
+                                catch_exceptions=False)
+    return result.exit_code, result.stdout if result.exit_code in (0, 1) else result.output
+
+
+def test_the_trained_conductor_answers_with_its_pool_only(trained, monkeypatch):
+    monkeypatch.chdir(trained)
+    final = str(trained / "out" / "final")
+    code, output = ask("--conductor", final, "--pool", "pool.toml")
+    data = json.loads(output)
+    turn = data["conductor"][0]
+    assert turn["messages"][1]["content"].startswith("Question:")  # the card's prompt
+    assert turn["completion"] and turn["prefill"] == "continued"
+    assert code == (0 if data["answer"] is not None else 1)
+    assert data["used"]["calls"] >= 1
+    swapped = trained / "swapped.toml"
+    swapped.write_text(POOL.format(zero="adder", adder="zero")
+                       .replace('name = "zero"', 'name = "tmp"')
+                       .replace('name = "adder"', 'name = "zero"')
+                       .replace('name = "tmp"', 'name = "adder"'))
+    code, output = ask("--conductor", final, "--pool", str(swapped))
+    assert code == 2 and "trained on another pool" in output and "id 0" in output
+    code, output = ask("--conductor", final, "--pool", str(swapped), "--allow-pool-mismatch")
+    assert code in (0, 1) and json.loads(output)["conductor"][0]["completion"]
+
+
+def test_training_resumes_from_the_last_checkpoint(trained, monkeypatch):
+    monkeypatch.chdir(trained)
+    podium_train("--config", str(trained / "train.toml"), "--resume",
+                 "--set", "grpo.max_steps=3")
+    steps = [m["step"] for m in metrics(trained / "out") if "reward" in m]
+    assert steps == [1, 2, 3]  # steps 1-2 were not run again
 
 
 def test_rollouts_hit_by_an_outage_are_dropped(tmp_path, monkeypatch):

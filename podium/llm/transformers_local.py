@@ -1,0 +1,105 @@
+"""A model run in process with transformers: a Conductor checkpoint straight from `podium train`.
+
+`backend = "transformers"` with `model` = a Hugging Face model directory (a `podium train`
+checkpoint, its `final/` folder) generates on this machine, on the GPU when there is one. It
+needs the `train` extra (torch, transformers), imported only when such a model is used, so
+inference with the other backends never needs torch.
+
+The prompt is rendered with the model's own chat template; a trailing assistant message is a
+true prefill (the template continues it), as in the embedded backend and in training. One
+loaded model is shared by every pool entry naming the same directory, and calls to it are
+serialised. There is no grammar: a trained Conductor writes valid workflows on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from podium.config import ModelSpec
+from podium.errors import ConfigError, WorkerError
+from podium.llm.base import ChatResponse, Message, NoGrammar
+
+INSTALL = ("The transformers backend needs the `train` extra: pip install 'podium[train]' "
+           "(torch, transformers).")
+
+_LOADED: dict[str, tuple[Any, Any, threading.Lock]] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def _load(path: str) -> tuple[Any, Any, threading.Lock]:
+    with _LOAD_LOCK:
+        if path not in _LOADED:
+            try:
+                import torch
+                from transformers import AutoModelForCausalLM, AutoTokenizer
+            except ImportError:
+                raise ConfigError(INSTALL) from None
+            dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+            model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+            _LOADED[path] = (model, tokenizer, threading.Lock())
+        return _LOADED[path]
+
+
+class TransformersClient(NoGrammar):
+    """A Conductor (or worker) checkpoint generating in process."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        path = Path(spec.model).expanduser()
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"Model {spec.name!r}: {path} is not a Hugging Face model "
+                              "directory (no config.json). Point model (or --conductor) at a "
+                              "`podium train` checkpoint such as runs/train/NAME/final.")
+        self._path = str(path)
+
+    def _generate(self, messages: list[Message]) -> ChatResponse:
+        import torch
+
+        model, tokenizer, lock = _load(self._path)
+        prefill = bool(messages) and messages[-1]["role"] == "assistant"
+        text = tokenizer.apply_chat_template(messages, tokenize=False,
+                                             continue_final_message=prefill,
+                                             add_generation_prompt=not prefill)
+        inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False).to(model.device)
+        s = self.spec
+        temperature = 0.8 if s.temperature is None else s.temperature
+        kwargs: dict[str, Any] = {"max_new_tokens": s.max_tokens or 256,
+                                  "pad_token_id": tokenizer.pad_token_id or tokenizer.eos_token_id}
+        if temperature > 0:
+            kwargs.update(do_sample=True, temperature=temperature, top_p=s.top_p or 1.0)
+        else:
+            kwargs.update(do_sample=False)
+        start = time.perf_counter()
+        with lock, torch.no_grad():
+            if s.seed is not None:
+                torch.manual_seed(s.seed)
+            out = model.generate(**inputs, **kwargs)
+        new = out[0][inputs["input_ids"].shape[1]:]
+        finished = bool(len(new)) and int(new[-1]) == tokenizer.eos_token_id
+        return ChatResponse(
+            text=tokenizer.decode(new, skip_special_tokens=True),
+            prompt_tokens=int(inputs["input_ids"].shape[1]), completion_tokens=len(new),
+            finish_reason="stop" if finished else "length",
+            latency_s=time.perf_counter() - start, model=Path(self._path).name,
+            prefill="continued" if prefill else "none")
+
+    async def chat(self, messages: list[Message], *, grammar: str | None = None,
+                   sample_id: int | str = 0) -> ChatResponse:
+        self.refuse_grammar(grammar)
+        try:
+            return await asyncio.to_thread(self._generate, messages)
+        except (WorkerError, ConfigError):
+            raise
+        except Exception as exc:  # a torch or tokenizer failure: one error kind, recorded
+            raise WorkerError(self.name, "other", f"transformers failed: "
+                              f"{type(exc).__name__}: {exc}"[:400]) from None
+
+    async def aclose(self) -> None:
+        return None
