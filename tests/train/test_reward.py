@@ -1,0 +1,158 @@
+"""Rewards, sub-pools and the training config, on small hand-checked cases (no torch)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from podium.config import pool_from_dict
+from podium.errors import ConfigError
+from podium.outcome import Failure, Outcome, Usage
+from podium.pipeline import Pipeline
+from podium.scoring.base import Grade
+from podium.train.config import (
+    RewardSection,
+    SubpoolSection,
+    apply_overrides,
+    load_train_config,
+    train_config_from_dict,
+)
+from podium.train.data import build_data, view_of
+from podium.train.reward import ConductorReward, reward_of
+
+POOL = pool_from_dict({  # the Conductor is never called: the policy writes the completions
+    "conductor": {"backend": "function", "function": "podium.testing.workers:zero"},
+    "workers": [{"name": n, "backend": "function", "function": f"podium.testing.workers:{f}"}
+                for n, f in (("zero", "zero"), ("adder", "adder"), ("zero2", "zero"))],
+    "run": {"cache": False, "fewshots": "none"},
+})
+
+
+def outcome(*, correct: bool = False, fmt: bool = False, failures: tuple = (),
+            cause: Failure | None = None, cost: float | None = 0.0) -> Outcome:
+    if fmt:
+        cause = Failure("model", "parse:unparseable")
+    grade = None if cause else Grade.of(correct, "x")
+    return Outcome(None if cause else "<answer>x</answer>", None if cause else 0, (),
+                   (*failures, *([cause] if cause else [])), cause, Usage(2, 10, 5, cost),
+                   Usage(2, 10, 5, cost), grade=grade)
+
+
+@pytest.mark.parametrize(("scheme", "expect"), [("paper", (0.0, 0.5, 1.0)),
+                                                 ("code", (0.0, 0.5, 1.5))])
+def test_reward_schemes(scheme, expect):
+    spec = RewardSection(scheme=scheme)
+    got = (reward_of(outcome(fmt=True), spec), reward_of(outcome(), spec),
+           reward_of(outcome(correct=True), spec))
+    assert got == expect
+
+
+def test_infra_failures_are_dropped_or_zero():
+    outage = Failure("worker", "transport", "down", "step 0")
+    crashed = Failure("infra", "grader", "grader_error: sandbox", "grader")
+    for o in (outcome(cause=outage), outcome(cause=crashed),
+              outcome(correct=True, failures=(outage,))):  # an outage mid-workflow taints it
+        assert reward_of(o, RewardSection()) is None
+        assert reward_of(o, RewardSection(on_infra_failure="zero")) == 0.0
+    empty = Failure("model", "empty", "the worker answered nothing", "step 0")
+    assert reward_of(outcome(failures=(empty,)), RewardSection()) == 0.5  # the policy's doing
+
+
+def test_the_cost_term():
+    spec = RewardSection(cost_weight=0.1, cost_scale=0.01)
+    assert reward_of(outcome(correct=True, cost=0.02), spec) == pytest.approx(1.0 - 0.2)
+    assert reward_of(outcome(correct=True, cost=None), spec) == 1.0  # unknown cost: no term
+    assert reward_of(outcome(correct=True, cost=0.02), RewardSection()) == 1.0  # off
+
+
+def data_with(tmp_path: Path, subpool: SubpoolSection, settings=None):
+    path = tmp_path / "sums.jsonl"
+    path.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)})
+                            + "\n" for i in range(30)))
+    spec = train_config_from_dict({"data": {"tasks": [{"name": f"jsonl:{path}", "split": "all",
+                                                       "options": {"grader": "numeric"}}]}})
+    return build_data(spec.data, subpool, POOL, settings or POOL.run)
+
+
+def shown_ids(row) -> list[int]:
+    return [int(i) for i in re.findall(r"Model id (\d+)", row["messages"][1]["content"])]
+
+
+def test_sub_pools_are_sampled_stored_and_shown(tmp_path):
+    spec = SubpoolSection(fraction=0.5, k_min=1, k_max=2, seed=3)
+    data = data_with(tmp_path, spec)
+    with_sub = [r for r in data.rows if r["workers"]]
+    assert 5 < len(with_sub) < 25  # about half
+    for row in data.rows:
+        assert shown_ids(row) == (row["workers"] or [0, 1, 2])  # original ids by default
+        assert 1 <= len(row["workers"] or [0]) <= 2 or not row["workers"]
+    again = data_with(tmp_path, spec)
+    assert [r["workers"] for r in again.rows] == [r["workers"] for r in data.rows]  # seeded
+    groups = SubpoolSection(fraction=1.0, groups={"closed": (0, 2)}, group_prob=1.0)
+    assert {tuple(r["workers"]) for r in data_with(tmp_path, groups).rows} == {(0, 2)}
+
+
+def test_reindexed_sub_pools_are_shown_as_0_to_k_minus_1(tmp_path):
+    settings = POOL.run.model_copy(update={"subpool_ids": "reindexed"})
+    data = data_with(tmp_path, SubpoolSection(fraction=1.0, k_min=2, k_max=2, seed=1), settings)
+    for row in data.rows:
+        assert shown_ids(row) == [0, 1]
+        view = view_of(POOL, settings, row["workers"])
+        assert view.pool_indices() == row["workers"]
+
+
+def reward_for(tmp_path: Path, completions: list[str], workers: list[int]) -> list:
+    data = data_with(tmp_path, SubpoolSection())
+    row = data.rows[0]
+
+    async def go():
+        async with Pipeline(POOL, settings=POOL.run.model_copy(update={"fallback": False})
+                            ) as pipe:
+            reward = ConductorReward(pipe, data, RewardSection())
+            n = len(completions)
+            return await reward(prompts=[""] * n, completions=completions,
+                                completion_ids=[[1, 2]] * n, messages=[row["messages"]] * n,
+                                question=[row["question"]] * n, task=[row["task"]] * n,
+                                item=[row["item"]] * n, workers=[workers] * n)
+
+    return asyncio.run(go()), row
+
+
+def test_the_reward_runs_each_rollout_and_an_out_of_view_id_is_a_format_error(tmp_path):
+    plans = ['1]\nsubtasks = ["Add"]\naccess_list = [[]]',  # the adder: right
+             '0]\nsubtasks = ["Add"]\naccess_list = [[]]',  # answers 0: wrong
+             "model_id = [1]\nsubtasks = [\"Add\"]\naccess_list = [[]]",  # the prefill, again
+             "no lists at all"]
+    # the messages end with the v1 prefill (prose), so the plans must spell the label out
+    rewards, row = reward_for(tmp_path, ["model_id = [" + p for p in plans[:2]]
+                              + plans[2:], [])
+    assert rewards == [1.0, 0.5, 1.0, 0.0]
+    # shown only worker 2 (original ids), a plan naming worker 1 is out of view: 0
+    rewards, _ = reward_for(tmp_path, ['model_id = [1]\nsubtasks = ["Add"]\naccess_list = [[]]',
+                                       'model_id = [2]\nsubtasks = ["Add"]\naccess_list = [[]]'],
+                            [2])
+    assert rewards == [0.0, 0.5]
+
+
+def test_config_rejects_unknown_keys_and_takes_overrides(tmp_path):
+    with pytest.raises(ConfigError, match="unknown key 'grpo.learning_rat'"):
+        train_config_from_dict({"data": {"tasks": [{"name": "gsm8k"}]},
+                                "grpo": {"learning_rat": 1}})
+    with pytest.raises(ConfigError, match=r"\[run\]"):
+        train_config_from_dict({"data": {"tasks": [{"name": "gsm8k"}]},
+                                "run": {"max_steps": 0}})
+    data = apply_overrides({"grpo": {"max_steps": 5}}, ["grpo.max_steps=7", "model.path=x",
+                                                         "reward.scheme=code"])
+    assert data == {"grpo": {"max_steps": 7}, "model": {"path": "x"},
+                    "reward": {"scheme": "code"}}
+    with pytest.raises(ConfigError, match="section.key=value"):
+        apply_overrides({}, ["grpo.max_steps"])
+    config = tmp_path / "t.toml"
+    config.write_text('[[data.tasks]]\nname = "gsm8k"\n[grpo]\nmax_steps = 3\n')
+    loaded = load_train_config(config, ["grpo.learning_rate=2e-6"])
+    assert (loaded.grpo.max_steps, loaded.grpo.learning_rate) == (3, 2e-6)
+    assert loaded.grpo.loss_type == "bnpo" and loaded.grpo.beta == 0.0  # the paper's recipe
