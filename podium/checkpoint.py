@@ -65,8 +65,15 @@ Last logged metrics:
 """, "utf-8")
 
 
-def read_card(folder: str | Path) -> dict[str, Any] | None:
-    path = Path(folder) / CARD
+def card_path(source: str | Path) -> Path:
+    """Where the card of a Conductor lives: inside a checkpoint directory, or beside a GGUF
+    file written by `podium export` (`NAME.gguf` -> `NAME.podium-conductor.json`)."""
+    source = Path(source)
+    return source.with_suffix("." + CARD) if source.suffix == ".gguf" else source / CARD
+
+
+def read_card(source: str | Path) -> dict[str, Any] | None:
+    path = card_path(source)
     if not path.is_file():
         return None
     try:
@@ -133,12 +140,10 @@ def with_conductor(pool: Pool, source: str, *, allow_mismatch: bool = False) -> 
         if not Path(source).is_file():
             raise ConfigError(f"--conductor {source}: no such file. Pass a GGUF written by "
                               "podium export, a checkpoint directory or a server URL.")
+        run = _card_run(source, pool, allow_mismatch)
         spec = ConductorSpec(name=Path(source).stem, backend="embedded", model=source, **keep)
     elif (Path(source) / "config.json").is_file():
-        check_pool(source, pool, allow_mismatch=allow_mismatch)
-        card = read_card(source)
-        if card is not None:
-            run = run.model_copy(update=card["run"])
+        run = _card_run(source, pool, allow_mismatch)
         spec = ConductorSpec(name=Path(source).resolve().name, backend="transformers",
                              model=str(source), **keep)
     else:
@@ -146,3 +151,11 @@ def with_conductor(pool: Pool, source: str, *, allow_mismatch: bool = False) -> 
                           "config.json), a .gguf file or an http(s) URL. Pass the folder "
                           "podium train wrote (e.g. runs/train/NAME/final).")
     return pool.model_copy(update={"conductor": spec, "run": run})
+
+
+def _card_run(source: str, pool: Pool, allow_mismatch: bool) -> RunSettings:
+    """The pool's run settings with the card's prompt settings over them, once the pool is
+    checked against the card (no card: the pool's settings as they are)."""
+    check_pool(source, pool, allow_mismatch=allow_mismatch)
+    card = read_card(source)
+    return pool.run if card is None else pool.run.model_copy(update=card["run"])

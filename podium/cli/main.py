@@ -138,6 +138,34 @@ def train_cmd(
     raise typer.Exit(_guard(lambda: run_train(config, overrides or [], dry_run, resume), debug))
 
 
+@app.command("export")
+def export_cmd(
+    checkpoint: str = typer.Argument(..., help="A podium train checkpoint directory."),
+    gguf: str = typer.Option(..., "--gguf", help="The GGUF file to write."),
+    like: str = typer.Option(None, "--like", help="A GGUF of the same family to copy the "
+                             "tokenizer and settings from (default: the bundled SmolLM2)."),
+    dtype: str = typer.Option("f16", "--type", help="f16 or f32."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Write a trained SmolLM2-family Conductor as GGUF, for the embedded llama.cpp backend."""
+
+    def run() -> int:
+        from podium.cli.train import require_train
+
+        require_train()
+        if dtype not in ("f16", "f32"):
+            from podium.errors import ConfigError
+
+            raise ConfigError(f"--type {dtype!r}: use f16 or f32.")
+        from podium.train.export import export_gguf
+
+        out = export_gguf(checkpoint, gguf, like=like, dtype=dtype)  # type: ignore[arg-type]
+        typer.echo(f"Wrote {out}; run it with: podium ask --conductor {out} ...")
+        return 0
+
+    raise typer.Exit(_guard(run, debug))
+
+
 pool_app = typer.Typer(help="Look at and check a pool file.", no_args_is_help=True)
 app.add_typer(pool_app, name="pool")
 

@@ -10,12 +10,16 @@ INSTALL = ("Training needs the `train` extra: pip install 'podium[train]' (torch
            "transformers, trl, datasets).")
 
 
-def run_train(config: str, overrides: list[str], dry_run: bool, resume: bool) -> int:
-    console = Console()
+def require_train() -> None:
     try:
         import trl  # noqa: F401
     except ImportError:
         raise ConfigError(INSTALL) from None
+
+
+def run_train(config: str, overrides: list[str], dry_run: bool, resume: bool) -> int:
+    console = Console()
+    require_train()
     from podium.train.config import load_train_config
     from podium.train.trainer import build, train
 

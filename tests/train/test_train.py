@@ -176,6 +176,34 @@ def test_the_trained_conductor_answers_with_its_pool_only(trained, monkeypatch):
     assert code in (0, 1) and json.loads(output)["conductor"][0]["completion"]
 
 
+def test_export_to_gguf_matches_the_checkpoint_and_runs_embedded(trained, monkeypatch):
+    import numpy as np
+    import torch
+    from llama_cpp import Llama
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.chdir(trained)
+    final, gguf = trained / "out" / "final", trained / "conductor.gguf"
+    result = CliRunner().invoke(app, ["export", str(final), "--gguf", str(gguf), "--type",
+                                      "f32"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert json.loads(gguf.with_suffix(".podium-conductor.json").read_text())["pool"]
+    prompt = "<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n<|im_start|>assistant\nmodel_id = ["
+    llm = Llama(model_path=str(gguf), logits_all=True, verbose=False, n_ctx=256)
+    tokens = llm.tokenize(prompt.encode(), add_bos=False, special=True)
+    llm.eval(tokens)
+    ours = np.array(llm.scores[:len(tokens)])
+    model = AutoModelForCausalLM.from_pretrained(str(final), dtype=torch.float32)
+    with torch.no_grad():
+        theirs = model(torch.tensor([tokens])).logits[0].numpy()
+    assert np.abs(ours - theirs).max() < 0.1  # logits span about +-40
+    assert (ours.argmax(-1) == theirs.argmax(-1)).mean() == 1.0
+    # the GGUF runs as the Conductor on the embedded backend, with its card's prompt
+    code, output = ask("--conductor", str(gguf), "--pool", "pool.toml")
+    turn = json.loads(output)["conductor"][0]
+    assert turn["messages"][1]["content"].startswith("Question:") and turn["completion"]
+
+
 def test_training_resumes_from_the_last_checkpoint(trained, monkeypatch):
     monkeypatch.chdir(trained)
     podium_train("--config", str(trained / "train.toml"), "--resume",
