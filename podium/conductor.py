@@ -40,6 +40,20 @@ def plan_messages(question: str, view: PoolView, settings: RunSettings) -> list[
                               display=settings.pool_display)
 
 
+def revise_messages(previous: ConductorTurn, answer: str,
+                    settings: RunSettings) -> list[Message]:
+    """The recursion-round prompt after `previous`, whose workflow produced `answer`: what the
+    Conductor is asked at inference, and what the recursion fine-tune prompts its policy with."""
+    view = previous.view
+    return recursion_messages(
+        previous.messages, previous.completion, answer, prompt=settings.prompt,
+        template=settings.recursion_template,
+        workflow_text=previous.workflow.to_text() if previous.workflow else "(none)",
+        shown_ids=view.shown_ids if view else None, max_steps=settings.max_steps,
+        max_prompt_tokens=settings.max_prompt_tokens,
+    )
+
+
 @dataclass(frozen=True)
 class ConductorTurn:
     """One Conductor call, built whole once it is over. A turn with no `messages` stands for
@@ -178,14 +192,7 @@ class Conductor:
     async def revise(self, previous: ConductorTurn, answer: str, *,
                      sample_id: int | str = 0) -> ConductorTurn:
         """A recursion round after `previous`, whose workflow produced `answer`."""
-        s = self.settings
         view = previous.view or self.view
-        messages = recursion_messages(
-            previous.messages, previous.completion, answer, prompt=s.prompt,
-            template=s.recursion_template,
-            workflow_text=previous.workflow.to_text() if previous.workflow else "(none)",
-            shown_ids=view.shown_ids, max_steps=s.max_steps,
-            max_prompt_tokens=s.max_prompt_tokens,
-        )
+        messages = revise_messages(previous, answer, self.settings)
         return await self._generate(previous.round + 1, messages, view, allow_empty=True,
                                     sample_id=sample_id)

@@ -254,17 +254,46 @@ class Pipeline:
                 stopped = why
                 break
             turn = await self.conductor.revise(last.conductor, last.answer, sample_id=sample_id)
-            self._spend(turn, budget)
-            if on_event:
-                on_event("conductor", turn)
-            if turn.workflow is None:  # kept, a format error or a failed call: no workflow
-                rounds.append(Round(turn, None, None))
-                break
-            run = await self._execute(turn.workflow, question, turn.round, last.run, budget,
-                                      sample_id, on_event)
-            rounds.append(Round(turn, run, run.answer))
-            stopped = run.stopped or stopped
+            rounds.append(await self._round(question, turn, last, budget, sample_id, on_event))
+            stopped = (rounds[-1].run.stopped if rounds[-1].run else None) or stopped
+            if rounds[-1].run is None:
+                break  # kept, a format error or a failed call: the Conductor is done
         return self._result(question, rounds, stopped, t0)
+
+
+    async def _round(self, question: str, turn: ConductorTurn, last: Round, budget: Budget,
+                     sample_id: int | str, on_event: Event | None) -> Round:
+        """A recursion round from the Conductor's `turn`: its workflow, if it wrote one, runs
+        with the previous round (`last`) visible."""
+        self._spend(turn, budget)
+        if on_event:
+            on_event("conductor", turn)
+        if turn.workflow is None:
+            return Round(turn, None, None)
+        run = await self._execute(turn.workflow, question, turn.round, last.run, budget,
+                                  sample_id, on_event)
+        return Round(turn, run, run.answer)
+
+    async def run_revision(self, previous: RunResult, completion: str, *, messages: list,
+                           sample_id: int | str = 0, prompt_tokens: int = 0,
+                           completion_tokens: int = 0) -> RunResult:
+        """`previous` continued by one recursion round whose Conductor completion was sampled
+        elsewhere (the recursion fine-tune's round-1 rollout of the prompt `messages`), run as
+        `ask` runs its own recursion rounds. The budget starts from what `previous` used."""
+        t0 = time.perf_counter() - previous.wall_s
+        s = self.settings
+        used = previous.outcome.used
+        budget = Budget(s.max_calls, s.max_tokens, s.max_cost, used.calls, used.total_tokens,
+                        used.cost or 0.0)
+        last = previous.rounds[-1]
+        turn = self.conductor.read(completion, last.conductor.view or self.conductor.view,
+                                   index=last.conductor.round + 1, messages=messages,
+                                   allow_empty=True, prompt_tokens=prompt_tokens,
+                                   completion_tokens=completion_tokens)
+        budget.reserve()
+        rnd = await self._round(previous.question, turn, last, budget, sample_id, None)
+        stopped = (rnd.run.stopped if rnd.run else None) or previous.stopped
+        return self._result(previous.question, [*previous.rounds, rnd], stopped, t0)
 
 
 def _check_question(question: str) -> None:

@@ -25,11 +25,14 @@ def run_train(config: str, overrides: list[str], dry_run: bool, resume: bool) ->
 
     cfg = load_train_config(config, overrides)
     if dry_run:
-        plan = build(cfg)
+        plan = build(cfg, dry_run=True)
         try:
             console.print("[bold]Plan[/] (--dry-run: built, not trained)")
             for line in plan.lines:
                 console.print("  " + line, markup=False, highlight=False)
+            if plan.data.missing:
+                console.print("[yellow]Some training data is not on this machine: podium train "
+                              "will stop there until it is (see 'missing' above).[/]")
         finally:
             plan.close()
         return 0

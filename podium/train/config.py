@@ -100,6 +100,17 @@ class SubpoolSection(_Section):
     seed: int = Field(0, description="Seed of the sub-pool draws.")
 
 
+class RecursionSection(_Section):
+    fraction: float = Field(0.0, ge=0, le=0.5, description="Share of each group's rollouts that "
+                            "continue a round-0 rollout of the same group into a recursion "
+                            "round (PAPER.md §10: 0.5); 0 = no recursion fine-tune.")
+    discount: float = Field(0.25, ge=0, le=1, description="A continued round-0 rollout scores "
+                            "(1 - d) r0 + d r1 (D13: the paper's 0.25).")
+    normalisation: Literal["joint", "per_round"] = Field(
+        "joint", description="Advantages normalised over both rounds of a group together "
+        "(D14, the reference default) or within each round.")
+
+
 class GRPOSection(_Section):
     max_steps: int = Field(200, ge=1, description="Optimizer steps (the paper: 200).")
     questions_per_step: int = Field(4, ge=1, description="Questions per step (the paper: 4).")
@@ -129,7 +140,8 @@ class GRPOSection(_Section):
     save_steps: int = Field(20, ge=1, description="Checkpoint every N steps.")
     logging_steps: int = Field(1, ge=1)
     bf16: bool | None = Field(None, description="none = on with a GPU, off on CPU.")
-    gradient_checkpointing: bool = Field(False)
+    gradient_checkpointing: bool | None = Field(None, description="Recompute activations in "
+                                                "the backward pass; none = on with a GPU.")
     report_to: tuple[str, ...] = Field((), description="e.g. ['tensorboard'] or ['wandb'].")
     use_vllm: bool = Field(False, description="Generate with vLLM (GPU recipes).")
     vllm_mode: Literal["server", "colocate"] = Field("server")
@@ -150,6 +162,7 @@ class TrainConfig(_Section):
     data: DataSection
     reward: RewardSection = RewardSection()
     subpool: SubpoolSection = SubpoolSection()
+    recursion: RecursionSection = RecursionSection()
     grpo: GRPOSection = GRPOSection()
     run: dict[str, Any] = Field(default_factory=dict, description="Run settings ([run] keys of "
                                 "a pool file) over the pool's own, e.g. max_steps, fewshots.")
@@ -164,6 +177,8 @@ class TrainConfig(_Section):
             raise ValueError(f"[run]: {_errors(e)}") from None
         if self.subpool.k_max is not None and self.subpool.k_max < self.subpool.k_min:
             raise ValueError("subpool.k_max must be at least subpool.k_min")
+        if self.recursion.fraction and int(self.grpo.generations * self.recursion.fraction) < 1:
+            raise ValueError("recursion.fraction x grpo.generations must be at least 1")
         return self
 
 

@@ -23,11 +23,12 @@ shown under their original ids unless `run.subpool_ids = "reindexed"`.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from podium.conductor import plan_messages
 from podium.config import Pool, RunSettings
+from podium.errors import ConfigError
 from podium.subpool import PoolView, make_view, sample_subpool
 from podium.tasks import get_task
 from podium.tasks.base import Item, Task
@@ -39,6 +40,7 @@ class TrainingData:
     rows: list[dict[str, Any]]
     tasks: dict[str, Task]  # by task name
     items: dict[tuple[str, str], Item]  # (task name, item id) -> item
+    missing: dict[str, str] = field(default_factory=dict)  # task -> why it could not load
 
     def item(self, task: str, item_id: str) -> tuple[Task, Item]:
         return self.tasks[task], self.items[(task, item_id)]
@@ -72,15 +74,24 @@ def view_of(pool: Pool, settings: RunSettings, workers: list[int]) -> PoolView:
 
 
 def build_data(spec: DataSection, subpool: SubpoolSection, pool: Pool,
-               settings: RunSettings) -> TrainingData:
-    """The shuffled rows of the mix (ConfigError naming a task that cannot load)."""
+               settings: RunSettings, *, strict: bool = True) -> TrainingData:
+    """The shuffled rows of the mix. A task whose data cannot load raises its ConfigError, or,
+    with `strict=False` (a dry run), is left out and named in `missing`."""
     tasks: dict[str, Task] = {}
     items: dict[tuple[str, str], Item] = {}
     drawn: list[tuple[str, Item]] = []
+    missing: dict[str, str] = {}
     for t in spec.tasks:
-        task = tasks.get(t.name) or get_task(t.name, **t.options)
+        try:
+            task = tasks.get(t.name) or get_task(t.name, **t.options)
+            loaded = task.load(split=t.split, n=t.n, seed=t.seed)
+        except ConfigError as exc:
+            if strict:
+                raise
+            missing[t.name] = str(exc)
+            continue
         tasks[t.name] = task
-        for item in task.load(split=t.split, n=t.n, seed=t.seed):
+        for item in loaded:
             items[(t.name, item.id)] = item
             drawn.append((t.name, item))
     random.Random(spec.shuffle_seed).shuffle(drawn)
@@ -92,7 +103,7 @@ def build_data(spec: DataSection, subpool: SubpoolSection, pool: Pool,
         rows.append({"messages": plan_messages(question, view_of(pool, settings, workers),
                                                settings),
                      "question": question, "task": name, "item": item.id, "workers": workers})
-    return TrainingData(rows, tasks, items)
+    return TrainingData(rows, tasks, items, missing)
 
 
 def with_prompts(rows: list[dict[str, Any]], tokenizer: Any) -> list[dict[str, Any]]:

@@ -40,8 +40,9 @@ from typing import Any
 
 from podium.outcome import Outcome, grade_outcome
 from podium.pipeline import Pipeline, RunResult
-from podium.train.config import RewardSection
+from podium.train.config import RecursionSection, RewardSection
 from podium.train.data import TrainingData
+from podium.train.recursion import blend, per_round
 
 SCHEMES: dict[str, tuple[float, float, float]] = {  # (format error, wrong, right)
     "paper": (0.0, 0.5, 1.0),
@@ -49,12 +50,18 @@ SCHEMES: dict[str, tuple[float, float, float]] = {  # (format error, wrong, righ
 }
 
 
-def reward_of(outcome: Outcome, spec: RewardSection) -> float | None:
-    """The reward of a graded outcome (None: unscorable, dropped from the loss)."""
+def reward_of(outcome: Outcome, spec: RewardSection, round_: int = 0) -> float | None:
+    """The reward of a graded outcome for the completion of round `round_` (None:
+    unscorable, dropped from the loss). A round-1 completion is a format error when its own
+    output does not parse, whatever round 0 did."""
     fmt, wrong, right = SCHEMES[spec.scheme]
     if any(f.cls != "model" for f in outcome.failures) or outcome.status == "error":
         return None if spec.on_infra_failure == "drop" else fmt
-    reward = fmt if outcome.format_error else (right if outcome.correct else wrong)
+    if round_:
+        bad = any(r.round == round_ and r.decision == "format_error" for r in outcome.rounds)
+    else:
+        bad = outcome.format_error
+    reward = fmt if bad else (right if outcome.correct else wrong)
     if spec.cost_weight and outcome.used.cost is not None:
         reward -= spec.cost_weight * outcome.used.cost / spec.cost_scale
     return reward
@@ -73,36 +80,66 @@ class ConductorReward:
     __name__ = "podium"  # TRL names the reward's metrics after it
 
     def __init__(self, pipeline: Pipeline, data: TrainingData, spec: RewardSection, *,
-                 transcripts: Path | None = None, per_step: int = 2) -> None:
+                 transcripts: Path | None = None, per_step: int = 2,
+                 recursion: RecursionSection | None = None, group: int = 1) -> None:
         self.pipeline = pipeline
         self.data = data
         self.spec = spec
         self.transcripts = transcripts
         self.per_step = per_step
+        self.recursion = recursion
+        self.group = group
         self.calls = 0
+
+    async def run_round0(self, row: dict[str, Any], text: str, n_tokens: int,
+                         sample_id: str) -> RunResult:
+        """One rollout's round-0 run (the recursion rollout asks for it before round 1)."""
+        return await self.pipeline.run_completion(
+            row["question"], text, messages=row["messages"], workers=row["workers"] or None,
+            sample_id=sample_id, completion_tokens=n_tokens)
 
     async def _one(self, i: int, step: int, completion: Any, ids: Sequence[int],
                    row: dict[str, Any]) -> tuple[RunResult, Outcome]:
         task, item = self.data.item(row["task"], row["item"])
-        run = await self.pipeline.run_completion(
-            row["question"], completion_text(completion), messages=row["messages"],
-            workers=row["workers"] or None, sample_id=f"train:{step}:{self.calls}:{i}",
-            completion_tokens=len(ids))
+        text, sample_id = completion_text(completion), f"train:{step}:{self.calls}:{i}"
+        if row["round"] == 1:  # a recursion round after its round-0 rollout
+            run = await self.pipeline.run_revision(row["prior"], text,
+                                                   messages=row["round_messages"],
+                                                   sample_id=sample_id,
+                                                   completion_tokens=len(ids))
+        elif row["prior"] is not None:  # already run by the recursion rollout
+            run = row["prior"]
+        else:
+            run = await self.run_round0(row, text, len(ids), sample_id)
         return run, await grade_outcome(run.outcome, task, item)
 
     async def __call__(self, prompts: list, completions: list, completion_ids: list,
                        messages: list, question: list, task: list, item: list, workers: list,
                        trainer_state: Any = None, log_metric: Callable | None = None,
-                       **_: Any) -> list[float | None]:
+                       podium_round: list | None = None, podium_prior: list | None = None,
+                       podium_round_messages: list | None = None,
+                       podium_pair: list | None = None, **_: Any) -> list[float | None]:
         step = getattr(trainer_state, "global_step", 0)
-        rows = [{"messages": m, "question": q, "task": t, "item": it, "workers": w}
-                for m, q, t, it, w in zip(messages, question, task, item, workers, strict=True)]
+        n = len(completions)
+        rounds = podium_round or [0] * n
+        rows = [{"messages": m, "question": q, "task": t, "item": it, "workers": w,
+                 "round": r, "prior": p, "round_messages": rm}
+                for m, q, t, it, w, r, p, rm in zip(
+                    messages, question, task, item, workers, rounds, podium_prior or [None] * n,
+                    podium_round_messages or [None] * n, strict=True)]
         done = await asyncio.gather(*(
-            self._one(i, step, completions[i], completion_ids[i], rows[i])
-            for i in range(len(completions))))
+            self._one(i, step, completions[i], completion_ids[i], rows[i]) for i in range(n)))
         self.calls += 1
         outcomes = [o for _, o in done]
-        rewards = [reward_of(o, self.spec) for o in outcomes]
+        rewards = [reward_of(o, self.spec, r) for o, r in zip(outcomes, rounds, strict=True)]
+        if podium_pair and self.recursion is not None:
+            second = {j: i for j, i in enumerate(podium_pair) if i >= 0}
+            rewards = blend(rewards, second, self.recursion.discount)
+            if log_metric is not None:
+                for name, value in recursion_metrics(outcomes, rounds).items():
+                    log_metric(name, value)
+            if self.recursion.normalisation == "per_round":
+                rewards = per_round(rewards, rounds, self.group)
         if log_metric is not None:
             for name, value in rollout_metrics(outcomes, [r for r, _ in done]).items():
                 log_metric(name, value)
@@ -124,7 +161,8 @@ class ConductorReward:
                     "step": step, "reward": rewards[i], "correct": outcome.correct,
                     "prompt": prompts[i], "completion": completion_text(completions[i]),
                     **{k: v for k, v in run.to_json().items() if k in (
-                        "workflow", "answer", "cause", "failures", "used", "notes")},
+                        "workflow", "answer", "rounds", "cause", "failures", "used",
+                        "notes")},
                     "grade": outcome.to_json().get("grade"),
                 }, ensure_ascii=False) + "\n")
 
@@ -164,4 +202,18 @@ def rollout_metrics(outcomes: list[Outcome], runs: list[RunResult]) -> dict[str,
     for (pos, name), count in by_position.items():
         at = sum(c for (p, _), c in by_position.items() if p == pos)
         out[f"podium/worker_at_{pos}/{name}"] = count / at
+    return out
+
+
+def recursion_metrics(outcomes: list[Outcome], rounds: list[int]) -> dict[str, float]:
+    """Keep-versus-revise in the round-1 rollouts: each decision's share and accuracy."""
+    decided: dict[str, list[bool]] = {}
+    for o, r in zip(outcomes, rounds, strict=True):
+        if r == 1:
+            decided.setdefault(o.rounds[-1].decision, []).append(o.correct)
+    total = sum(len(v) for v in decided.values()) or 1
+    out: dict[str, float] = {}
+    for decision, correct in decided.items():
+        out[f"podium/recursion/{decision}"] = len(correct) / total
+        out[f"podium/recursion/{decision}_correct"] = sum(correct) / len(correct)
     return out

@@ -21,16 +21,19 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from podium.checkpoint import card_of, write_card
+from podium.conductor import plan_messages
 from podium.config import Pool, RunSettings, load_pool
 from podium.errors import ConfigError
 from podium.pipeline import Pipeline
 from podium.train.config import TrainConfig
 from podium.train.data import TrainingData, build_data, with_prompts
+from podium.train.recursion import RecursionRollout
 from podium.train.reward import ConductorReward
 
 
@@ -64,11 +67,13 @@ def run_settings(config: TrainConfig, pool: Pool) -> RunSettings:
     return pool.run.model_copy(update={**config.run, "fallback": False, "recursion": 0})
 
 
-def grpo_args(config: TrainConfig, processes: int = 1) -> Any:
-    """TRL's GRPOConfig for the config's [grpo] section."""
+def grpo_args(config: TrainConfig, processes: int | None = None) -> Any:
+    """TRL's GRPOConfig for the config's [grpo] section (`processes`: the data-parallel world
+    size, default what `accelerate launch` set)."""
     import torch
     from trl import GRPOConfig
 
+    processes = processes or int(os.environ.get("WORLD_SIZE", "1"))
     g = config.grpo
     completions = g.questions_per_step * g.generations
     per_device = g.per_device_batch or g.generations
@@ -104,7 +109,8 @@ def grpo_args(config: TrainConfig, processes: int = 1) -> Any:
         save_steps=g.save_steps,
         logging_steps=g.logging_steps,
         bf16=gpu if g.bf16 is None else g.bf16,
-        gradient_checkpointing=g.gradient_checkpointing,
+        gradient_checkpointing=(gpu if g.gradient_checkpointing is None
+                                else g.gradient_checkpointing),
         use_cpu=not gpu,
         dataloader_num_workers=0,
         report_to=list(g.report_to) or "none",
@@ -138,13 +144,15 @@ def _callbacks(plan: Plan) -> list[Any]:
     return [PodiumCallback()]
 
 
-def build(config: TrainConfig, *, make_trainer: bool = True) -> Plan:
+def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = False) -> Plan:
     """Read the pool, build the rows and (unless `make_trainer` is false) the policy, the
-    reward and TRL's trainer."""
+    reward and TRL's trainer. A dry run tolerates training data that is not on this machine:
+    the plan names it, and the trainer is built on the rows there are (or on one placeholder
+    row), so that everything else in the recipe is still checked."""
     pool = load_pool(config.pool.file)
     settings = run_settings(config, pool)
-    data = build_data(config.data, config.subpool, pool, settings)
-    if not data.rows:
+    data = build_data(config.data, config.subpool, pool, settings, strict=not dry_run)
+    if not data.rows and not dry_run:
         raise ConfigError(f"{config.source}: the training mix has no items; check [[data.tasks]].")
     plan = Plan(config, pool, settings, data)
     plan.lines = describe(plan)
@@ -159,17 +167,31 @@ def build(config: TrainConfig, *, make_trainer: bool = True) -> Plan:
     out = Path(config.output.dir)
     out.mkdir(parents=True, exist_ok=True)
     plan.pipeline = Pipeline(pool, settings=settings)
+    recursion = config.recursion if config.recursion.fraction else None
     reward = ConductorReward(plan.pipeline, data, config.reward,
                              transcripts=out / "transcripts.jsonl",
-                             per_step=config.output.transcripts_per_step)
+                             per_step=config.output.transcripts_per_step,
+                             recursion=recursion, group=config.grpo.generations)
+    rows = with_prompts(data.rows or [_placeholder(pool, settings)], tokenizer)
+    rollout = None
+    if recursion:  # TRL's rollout_func is marked experimental; podium pins the TRL it uses
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        rollout = RecursionRollout(reward, recursion, settings, tokenizer, rows)
     plan.trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=grpo_args(config),
-                               train_dataset=Dataset.from_list(with_prompts(data.rows,
-                                                                            tokenizer)),
+                               train_dataset=Dataset.from_list(rows), rollout_func=rollout,
                                processing_class=tokenizer, callbacks=_callbacks(plan))
     params = sum(p.numel() for p in model.parameters())
     plan.lines.insert(1, f"policy      {config.model.path} ({params / 1e6:.1f}M parameters, "
                          f"{next(model.parameters()).dtype})")
     return plan
+
+
+def _placeholder(pool: Pool, settings: RunSettings) -> dict[str, Any]:
+    from podium.train.data import view_of
+
+    question = "(placeholder: no training data on this machine)"
+    return {"messages": plan_messages(question, view_of(pool, settings, []), settings),
+            "question": question, "task": "", "item": "", "workers": []}
 
 
 def describe(plan: Plan) -> list[str]:
@@ -184,12 +206,18 @@ def describe(plan: Plan) -> list[str]:
             f"{i} {w.name}" for i, w in enumerate(plan.pool.workers)),
         "data        " + ", ".join(f"{k} {v}" for k, v in plan.data.counts().items())
         + f" = {len(plan.data.rows)} rows ({epochs:.2f} epochs)",
+        *(f"missing     {name}: {why}" for name, why in plan.data.missing.items()),
         f"prompt      {plan.settings.prompt}, few-shots {plan.settings.fewshots}, at most "
         f"{plan.settings.max_steps} steps, {plan.settings.access_mode} access",
         "sub-pools   " + (f"{sub.fraction:.0%} of rows, k {sub.k_min}..{sub.k_max or 'n'}, "
                           f"ids {plan.settings.subpool_ids}" if sub.fraction else "none"),
         f"reward      {c.reward.scheme}, infra failures {c.reward.on_infra_failure}"
         + (f", cost weight {c.reward.cost_weight}" if c.reward.cost_weight else ""),
+        "recursion   " + (f"{int(g.generations * c.recursion.fraction)} of {g.generations} "
+                          f"rollouts continue into round 1 ({plan.settings.recursion_template} "
+                          f"prompt), discount {c.recursion.discount}, "
+                          f"{c.recursion.normalisation} normalisation"
+                          if c.recursion.fraction else "none"),
         f"steps       {g.max_steps} x {g.questions_per_step} questions x {g.generations} "
         f"rollouts = {completions} completions/step ({per_device} per pass, "
         f"{math.ceil(completions / per_device)} accumulated)",

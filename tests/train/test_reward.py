@@ -156,3 +156,18 @@ def test_config_rejects_unknown_keys_and_takes_overrides(tmp_path):
     loaded = load_train_config(config, ["grpo.learning_rate=2e-6"])
     assert (loaded.grpo.max_steps, loaded.grpo.learning_rate) == (3, 2e-6)
     assert loaded.grpo.loss_type == "bnpo" and loaded.grpo.beta == 0.0  # the paper's recipe
+
+
+def test_recursion_layout_blend_and_per_round_normalisation():
+    from podium.train.recursion import blend, layout, per_round
+
+    first, second = layout(8, 4, 2)  # two groups of 4: 2 round-0 + 2 round-1 each
+    assert first == [0, 1, 4, 5] and second == {2: 0, 3: 1, 6: 4, 7: 5}
+    first, second = layout(6, 6, 1)
+    assert first == [0, 1, 2, 3, 4] and second == {5: 0}
+    rewards = [1.0, 0.5, 0.0, 1.0, 0.5, 0.0, None, 1.0]
+    blended = blend(rewards, {2: 0, 3: 1, 6: 4, 7: 5}, 0.25)
+    assert blended == [0.75, 0.625, 0.0, 1.0, 0.5, 0.25, None, 1.0]  # r1 None: r0 alone
+    rounds = [0, 0, 1, 1, 0, 0, 1, 1]
+    std = per_round([1.0, 0.0, 0.5, 0.5, 1.0, 0.5, 0.0, 1.0], rounds, 4)
+    assert std == [1.0, -1.0, 0.0, 0.0, 1.0, -1.0, -1.0, 1.0]  # a round with no spread: 0

@@ -24,6 +24,8 @@ ROUTER = ConductorPrompt(
     system="You pick which model answers the question.",
     template="Question: {question}\n\nModels:\n{models}\n{examples}\nPick one model id.",
     prefill='subtasks = ["Answer the question."]\naccess_list = [[]]\nmodel_id = [',
+    recursion=PROMPTS["v1"].recursion,
+    recursion_prefill=PROMPTS["v1"].recursion_prefill,
 )
 
 POOL = """
@@ -202,6 +204,26 @@ def test_export_to_gguf_matches_the_checkpoint_and_runs_embedded(trained, monkey
     code, output = ask("--conductor", str(gguf), "--pool", "pool.toml")
     turn = json.loads(output)["conductor"][0]
     assert turn["messages"][1]["content"].startswith("Question:") and turn["completion"]
+
+
+def test_the_recursion_fine_tune_continues_half_of_each_group(tmp_path, monkeypatch):
+    """Of 4 rollouts per question, 2 are round 0 and 2 continue them into a recursion round
+    whose prompt shows the round-0 answer; both kinds are run and rewarded."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    podium_train("--config", str(setup(tmp_path)), "--set", "grpo.max_steps=1",
+                 "--set", "recursion.fraction=0.5", "--set", "grpo.max_completion_tokens=24",
+                 "--set", "output.transcripts_per_step=4")
+    (logged,) = [m for m in metrics(out) if "reward" in m]
+    decisions = {k.split("/")[-1] for k in logged if k.startswith("podium/recursion/")}
+    assert decisions and decisions <= {"kept", "revised", "format_error", "failed",
+                                       "kept_correct", "revised_correct",
+                                       "format_error_correct", "failed_correct"}
+    shares = [v for k, v in logged.items()
+              if k.startswith("podium/recursion/") and not k.endswith("_correct")]
+    assert sum(shares) == pytest.approx(1)
+    transcripts = [json.loads(x) for x in (out / "transcripts.jsonl").read_text().splitlines()]
+    assert any(len(t["rounds"]) == 2 for t in transcripts)
 
 
 def test_training_resumes_from_the_last_checkpoint(trained, monkeypatch):

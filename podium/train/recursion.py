@@ -1,0 +1,123 @@
+"""The recursion fine-tune (PAPER.md §10): part of each group continues into a second round.
+
+A TRL `rollout_func` replaces plain generation. Of each group's G rollouts, the first G - k are
+round-0 completions of the question's prompt, as usual (k = `recursion.fraction` x G). Round-0
+rollout i (for i < k) is also run through the pipeline right away, and rollout G - k + i of the
+group is its round 1: the prompt is the round-0 conversation plus the round-0 final answer
+(`revise_messages`, the same recursion prompt as inference), and the policy either keeps the
+answer (three empty lists) or writes a corrective workflow, which the reward runs with the
+previous round visible (`Pipeline.run_revision`). The paper's layout: 64 rollouts, 32 + 32.
+
+Rewards (`ConductorReward`, `blend`): a round-1 rollout scores its own outcome r1 (a format
+error in round 1 scores 0); the round-0 rollout it continues scores (1 - d) r0 + d r1, d =
+`recursion.discount` (D13: 0.25; when r1 is unscorable, r0 alone). Advantages are normalised
+over the whole group, both rounds together (D14 `joint`, TRL's own group normalisation), or,
+with `per_round`, the rewards of each round are standardised within the group first, so TRL's
+group normalisation leaves each round's advantages on their own scale.
+
+Generation goes through TRL's own single-turn generator (transformers or vLLM), once for the
+round-0 prompts and once for the round-1 prompts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from typing import Any
+
+from podium.conductor import revise_messages
+from podium.config import RunSettings
+from podium.train.config import RecursionSection
+
+
+def layout(n: int, group: int, k: int) -> tuple[list[int], dict[int, int]]:
+    """(round-0 indices, {round-1 index: the round-0 index it continues}) for `n` rollouts in
+    groups of `group`, `k` of each group continued."""
+    first = [i for i in range(n) if i % group < group - k]
+    second = {b + group - k + j: b + j for b in range(0, n, group) for j in range(k)}
+    return first, second
+
+
+def blend(rewards: list[float | None], second: dict[int, int],
+          discount: float) -> list[float | None]:
+    """Round-0 rewards blended with their round-1 continuation's: (1 - d) r0 + d r1."""
+    out = list(rewards)
+    for j, i in second.items():
+        r0, r1 = rewards[i], rewards[j]
+        if r0 is not None and r1 is not None:
+            out[i] = (1 - discount) * r0 + discount * r1
+    return out
+
+
+def per_round(rewards: list[float | None], rounds: list[int],
+              group: int) -> list[float | None]:
+    """Each round's rewards standardised within each group (mean 0, standard deviation 1;
+    a round with no spread scores 0): TRL's group normalisation then keeps them apart."""
+    out = list(rewards)
+    for b in range(0, len(rewards), group):
+        for r in (0, 1):
+            idx = [i for i in range(b, b + group) if rounds[i] == r and rewards[i] is not None]
+            values = [rewards[i] for i in idx]
+            if len(values) < 2:
+                continue
+            mean, std = statistics.fmean(values), statistics.pstdev(values)  # type: ignore[arg-type]
+            for i in idx:
+                out[i] = 0.0 if std == 0 else (rewards[i] - mean) / std  # type: ignore[operator]
+    return out
+
+
+class RecursionRollout:
+    """TRL's `rollout_func` for the recursion fine-tune."""
+
+    def __init__(self, reward: Any, spec: RecursionSection, settings: RunSettings,
+                 tokenizer: Any, rows: list[dict[str, Any]]) -> None:
+        self.reward = reward
+        self.spec = spec
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.rows = {row["prompt"]: row for row in rows}
+        self.calls = 0
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def __call__(self, prompts: list[str], trainer: Any) -> dict[str, Any]:
+        group = trainer.num_generations
+        k = int(group * self.spec.fraction)
+        first, second = layout(len(prompts), group, k)
+        prompt_ids = [self._ids(p) for p in prompts]
+        comp0, lp0 = trainer._generate_single_turn([prompt_ids[i] for i in first], None, {}, 1)
+        completion = dict(zip(first, comp0, strict=True))
+        logprob = dict(zip(first, lp0, strict=True)) if lp0 is not None else None
+        self.calls += 1
+        step = getattr(trainer.state, "global_step", 0)
+        rows = {i: self.rows[prompts[i]] for i in sorted(set(second.values()))}
+
+        async def run_round0() -> list[Any]:  # on TRL's loop, where the pipeline's clients live
+            return await asyncio.gather(*(
+                self.reward.run_round0(
+                    rows[i], self.tokenizer.decode(completion[i], skip_special_tokens=True),
+                    len(completion[i]), f"rec:{step}:{self.calls}:{i}") for i in rows))
+
+        priors = asyncio.run_coroutine_threadsafe(run_round0(), trainer.async_loop).result()
+        prior = dict(zip(rows, priors, strict=True))
+        messages1 = {j: revise_messages(prior[i].rounds[0].conductor, prior[i].answer or "",
+                                        self.settings) for j, i in second.items()}
+        for j, msgs in messages1.items():
+            prompt_ids[j] = self._ids(self.tokenizer.apply_chat_template(
+                msgs, tokenize=False, continue_final_message=True, add_generation_prompt=False))
+        order = sorted(second)
+        comp1, lp1 = trainer._generate_single_turn([prompt_ids[j] for j in order], None, {}, 1)
+        completion.update(zip(order, comp1, strict=True))
+        if logprob is not None and lp1 is not None:
+            logprob.update(zip(order, lp1, strict=True))
+        n = len(prompts)
+        return {
+            "prompt_ids": prompt_ids,
+            "completion_ids": [completion[i] for i in range(n)],
+            "logprobs": [logprob[i] for i in range(n)] if logprob is not None else None,
+            "podium_round": [1 if i in second else 0 for i in range(n)],
+            "podium_prior": [prior.get(second.get(i, i)) for i in range(n)],
+            "podium_round_messages": [messages1.get(i) for i in range(n)],
+            "podium_pair": [second.get(i, -1) for i in range(n)],
+        }
