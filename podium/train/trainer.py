@@ -130,16 +130,17 @@ def _callbacks(plan: Plan) -> list[Any]:
                    recipe=plan.config.source, data=plan.data.counts())
     last: dict[str, Any] = {}
 
-    class PodiumCallback(TrainerCallback):
+    class PodiumCallback(TrainerCallback):  # the main process writes; the others train
         def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs:
+            if logs and state.is_world_process_zero:
                 last.update(logs)
                 with (out / "metrics.jsonl").open("a", encoding="utf-8") as fh:
                     fh.write(json.dumps({"step": state.global_step, **logs}) + "\n")
 
         def on_save(self, args, state, control, **kwargs):
-            write_card(out / f"checkpoint-{state.global_step}",
-                       {**card, "steps": state.global_step, "metrics": dict(last)})
+            if state.is_world_process_zero:
+                write_card(out / f"checkpoint-{state.global_step}",
+                           {**card, "steps": state.global_step, "metrics": dict(last)})
 
     return [PodiumCallback()]
 
@@ -168,8 +169,9 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
     out.mkdir(parents=True, exist_ok=True)
     plan.pipeline = Pipeline(pool, settings=settings)
     recursion = config.recursion if config.recursion.fraction else None
+    main_process = int(os.environ.get("RANK", "0")) == 0
     reward = ConductorReward(plan.pipeline, data, config.reward,
-                             transcripts=out / "transcripts.jsonl",
+                             transcripts=out / "transcripts.jsonl" if main_process else None,
                              per_step=config.output.transcripts_per_step,
                              recursion=recursion, group=config.grpo.generations)
     rows = with_prompts(data.rows or [_placeholder(pool, settings)], tokenizer)
@@ -245,8 +247,10 @@ def train(config: TrainConfig, *, resume: bool = False) -> Path:
         plan.trainer.train(resume_from_checkpoint=checkpoint)
         final = out / "final"
         plan.trainer.save_model(str(final))
-        plan.trainer.processing_class.save_pretrained(str(final))
         state = plan.trainer.state
+        if not state.is_world_process_zero:
+            return final
+        plan.trainer.processing_class.save_pretrained(str(final))
         last = next((h for h in reversed(state.log_history) if "reward" in h), {})
         write_card(final, card_of(plan.pool, plan.settings, base_model=config.model.path,
                                   recipe=config.source, data=plan.data.counts(),
