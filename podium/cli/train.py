@@ -29,7 +29,7 @@ def run_train(config: str, overrides: list[str], dry_run: bool, resume: bool) ->
         try:
             console.print("[bold]Plan[/] (--dry-run: built, not trained)")
             for line in plan.lines:
-                console.print("  " + line, markup=False, highlight=False)
+                console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
             if plan.data.missing:
                 console.print("[yellow]Some training data is not on this machine: podium train "
                               "will stop there until it is (see 'missing' above).[/]")
