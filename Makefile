@@ -31,6 +31,7 @@ bench: venv
 	$(PY) benchmarks/pool_throughput.py
 	$(PY) benchmarks/graders.py
 	$(PY) benchmarks/conductor_format.py
+	$(PY) benchmarks/train_step.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info .pytest_cache .ruff_cache .hypothesis

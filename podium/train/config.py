@@ -118,11 +118,12 @@ class GRPOSection(_Section):
     per_device_batch: int | None = Field(None, ge=1, description="Completions per forward/"
                                          "backward pass; none = generations (gradient "
                                          "accumulation fills the step).")
-    learning_rate: float = Field(1e-6, gt=0)
+    learning_rate: float = Field(1e-6, gt=0, description="Peak learning rate (the paper: 1e-6).")
     lr_scheduler: str = Field("cosine", description="transformers scheduler name.")
-    warmup_ratio: float = Field(0.03, ge=0, le=1)
-    weight_decay: float = Field(0.0, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
+    warmup_ratio: float = Field(0.03, ge=0, le=1, description="Share of the steps spent "
+                                "warming up the learning rate (the paper: 0.03).")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay (the paper: 0).")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     adam_epsilon: float = Field(1e-8, gt=0, description="Adam's eps (D7: the paper's 0.2 is "
                                 "the clip).")
     beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model.")
@@ -130,23 +131,30 @@ class GRPOSection(_Section):
     loss_type: Literal["bnpo", "grpo", "dr_grpo", "dapo"] = Field(
         "bnpo", description="Loss aggregation: bnpo = token level (the reference code, D8); "
         "grpo = per completion (the paper's eq. 1).")
-    scale_rewards: Literal["group", "batch", "none"] = Field("group")
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_completion_tokens: int = Field(1024, ge=1)
-    mask_truncated_completions: bool = Field(False)
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="Divide advantages by the group's reward std (the paper), the "
+        "batch's, or not at all.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollouts.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling of the rollouts.")
+    max_completion_tokens: int = Field(1024, ge=1, description="Longest completion sampled "
+                                       "(the paper: 1,024).")
+    mask_truncated_completions: bool = Field(False, description="Leave completions cut at "
+                                             "the length limit out of the loss.")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus (0: none).")
-    seed: int = Field(42)
+    seed: int = Field(42, description="Seed of sampling and of the trainer.")
     save_steps: int = Field(20, ge=1, description="Checkpoint every N steps.")
-    logging_steps: int = Field(1, ge=1)
+    logging_steps: int = Field(1, ge=1, description="Log metrics every N steps.")
     bf16: bool | None = Field(None, description="none = on with a GPU, off on CPU.")
     gradient_checkpointing: bool | None = Field(None, description="Recompute activations in "
                                                 "the backward pass; none = on with a GPU.")
     report_to: tuple[str, ...] = Field((), description="e.g. ['tensorboard'] or ['wandb'].")
     use_vllm: bool = Field(False, description="Generate with vLLM (GPU recipes).")
-    vllm_mode: Literal["server", "colocate"] = Field("server")
+    vllm_mode: Literal["server", "colocate"] = Field(
+        "server", description="server: a separate `trl vllm-serve` (the paper's setup); "
+        "colocate: vLLM inside each training process.")
     vllm_server_base_url: str | None = Field(None, description="A running `trl vllm-serve`.")
-    vllm_gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
+    vllm_gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="GPU memory "
+                                               "share vLLM may take in colocate mode.")
 
 
 class OutputSection(_Section):

@@ -200,6 +200,7 @@ def describe(plan: Plan) -> list[str]:
     c, g = plan.config, plan.config.grpo
     per_device = g.per_device_batch or g.generations
     completions = g.questions_per_step * g.generations
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
     sub = c.subpool
     epochs = g.max_steps * g.questions_per_step / max(len(plan.data.rows), 1)
     return [
@@ -221,8 +222,8 @@ def describe(plan: Plan) -> list[str]:
                           f"{c.recursion.normalisation} normalisation"
                           if c.recursion.fraction else "none"),
         f"steps       {g.max_steps} x {g.questions_per_step} questions x {g.generations} "
-        f"rollouts = {completions} completions/step ({per_device} per pass, "
-        f"{math.ceil(completions / per_device)} accumulated)",
+        f"rollouts = {completions} completions/step ({per_device} per pass x {processes} "
+        f"process(es) x {math.ceil(completions / (per_device * processes))} accumulated)",
         f"optimiser   lr {g.learning_rate} {g.lr_scheduler}, warm-up {g.warmup_ratio}, "
         f"beta {g.beta}, clip {g.epsilon}, loss {g.loss_type}, T {g.temperature}, "
         f"completions <= {g.max_completion_tokens} tokens",
