@@ -1,8 +1,10 @@
 """What does podium add to a GRPO step? A podium training step against a bare TRL step.
 
-Both runs train the bundled SmolLM2-135M-Instruct on CPU with the same prompts (the compact
-Conductor prompt, no few-shots, sums questions), the same shape (2 questions x 8 rollouts,
-completions of up to 32 tokens) and the same seeds:
+Both runs train the bundled SmolLM2-135M-Instruct on CPU with the same prompts, the same shape
+(2 questions x 8 rollouts, completions of up to 8 tokens) and the same seeds. The prompt is a
+short router prompt (registered here) whose prefill holds the subtask and access list, so the
+policy writes only the worker id and most rollouts parse and run their workflow; the share
+that did is reported (a rollout that does not parse costs the reward nothing):
 
 * **podium**: `podium.train.trainer.build` — every rollout parsed, its workflow run on a pool
   of two exact function workers (`podium.testing.workers`: adder, zero), graded by the task,
@@ -71,6 +73,15 @@ class Timer:
             self.call = call
 
 
+def register_prompt() -> None:
+    from podium.workflow.prompt import PROMPTS, ConductorPrompt
+
+    PROMPTS["bench-router"] = ConductorPrompt(
+        name="bench-router", system="You pick which model answers the question.",
+        template="Question: {question}\n\nModels:\n{models}\n{examples}\nPick one model id.",
+        prefill='subtasks = ["Answer the question."]\naccess_list = [[]]\nmodel_id = [')
+
+
 def config(folder: Path, steps: int) -> Any:
     from podium.train.config import train_config_from_dict
 
@@ -83,9 +94,9 @@ def config(folder: Path, steps: int) -> Any:
         "pool": {"file": str(folder / "pool.toml")},
         "data": {"tasks": [{"name": f"jsonl:{data}", "split": "all",
                             "options": {"grader": "numeric"}}]},
-        "run": {"prompt": "compact", "fewshots": "none", "max_steps": 2},
+        "run": {"prompt": "bench-router", "fewshots": "none", "max_steps": 1},
         "grpo": {"max_steps": steps, "questions_per_step": 2, "generations": 8,
-                 "max_completion_tokens": 32, "learning_rate": 1e-5, "warmup_ratio": 0.0,
+                 "max_completion_tokens": 8, "learning_rate": 1e-5, "warmup_ratio": 0.0,
                  "save_steps": 10_000},
         "output": {"dir": str(folder / "out")},
     })
@@ -121,9 +132,13 @@ def podium_run(steps: int, folder: Path) -> dict[str, list[float]]:
 
     plan = build(config(folder, steps))
     try:
-        return timed_run(plan.trainer, plan.trainer.reward_funcs[0])
+        times = timed_run(plan.trainer, plan.trainer.reward_funcs[0])
     finally:
         plan.close()
+    logged = [json.loads(x) for x in (folder / "out" / "metrics.jsonl").read_text().splitlines()]
+    ran = [1 - m["podium/format_error"] for m in logged if "podium/format_error" in m]
+    times["ran_workflow"] = [statistics.fmean(ran)] if ran else [0.0]
+    return times
 
 
 def bare_run(steps: int, folder: Path) -> dict[str, list[float]]:
@@ -156,8 +171,11 @@ def summarise(times: dict[str, list[float]]) -> dict[str, float]:
         return statistics.median(xs[1:] or xs)
 
     step, gen, rew = med(times["step"]), med(times["generation"]), med(times["reward"])
-    return {"step_s": step, "generation_s": gen, "reward_s": rew,
-            "rest_s": step - gen - rew, "reward_share": rew / step if step else 0.0}
+    out = {"step_s": step, "generation_s": gen, "reward_s": rew,
+           "rest_s": step - gen - rew, "reward_share": rew / step if step else 0.0}
+    if "ran_workflow" in times:
+        out["ran_workflow"] = times["ran_workflow"][0]
+    return out
 
 
 def main() -> None:
@@ -165,7 +183,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=STEPS_DEFAULT)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/train_step.json"))
     args = parser.parse_args()
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    register_prompt()
     with tempfile.TemporaryDirectory() as tmp:
         runs = {"bare": summarise(bare_run(args.steps, Path(tmp) / "bare")),
                 "podium": summarise(podium_run(args.steps, Path(tmp) / "podium"))}
@@ -181,6 +199,8 @@ def main() -> None:
     for name, r in runs.items():
         print(f"{name:<8} {r['step_s']:>8.2f} {r['generation_s']:>11.2f} {r['reward_s']:>9.3f} "
               f"{r['rest_s']:>8.2f} {100 * r['reward_share']:>8.1f}%")
+    print(f"podium rollouts that parsed and ran their workflow: "
+          f"{100 * ours.get('ran_workflow', 0):.0f}%")
     print(f"podium overhead (reward + bookkeeping): {100 * overhead:.1f}% of the step "
           f"(target < 10%): {'PASS' if checks['overhead_under_10pct'] else 'MISS'}")
     print(f"podium step {ours['step_s']:.2f}s vs bare + reward {bound:.2f}s: "

@@ -27,6 +27,7 @@ from typing import Any
 
 from podium.conductor import revise_messages
 from podium.config import RunSettings
+from podium.errors import ConfigError
 from podium.train.config import RecursionSection
 
 
@@ -83,6 +84,11 @@ class RecursionRollout:
 
     def __call__(self, prompts: list[str], trainer: Any) -> dict[str, Any]:
         group = trainer.num_generations
+        if len(prompts) % group or any(len(set(prompts[b:b + group])) != 1
+                                       for b in range(0, len(prompts), group)):
+            raise ConfigError("The recursion fine-tune needs each process to hold whole groups "
+                              f"of {group} rollouts of one question; make grpo.per_device_batch "
+                              "x the accumulation steps a multiple of grpo.generations.")
         k = int(group * self.spec.fraction)
         first, second = layout(len(prompts), group, k)
         prompt_ids = [self._ids(p) for p in prompts]
