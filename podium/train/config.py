@@ -71,6 +71,9 @@ class DataSection(_Section):
     tasks: tuple[TaskSpec, ...] = Field(description="The training mix: one entry per task.")
     shuffle_seed: int = Field(47, description="Seed of the shuffle of the concatenated mix "
                               "(the paper: 47).")
+    balance: bool = Field(False, description="Interleave the shuffled rows so that consecutive "
+                          "questions come from different tasks (and gym families): with "
+                          "questions_per_step = their number, every step sees one of each.")
 
 
 class RewardSection(_Section):

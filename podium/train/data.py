@@ -3,7 +3,9 @@
 Each task of the mix loads its training split (`split = "train"` by default: the reference
 60/20/20 splits, so a training item is never one of the test items `podium eval` scores), takes
 `n` items with its own seed, and the concatenation is shuffled with `data.shuffle_seed` (the
-paper: 240 items per task with seeds 42, 44, 45, 46, shuffled with 47; PAPER.md §8.1).
+paper: 240 items per task with seeds 42, 44, 45, 46, shuffled with 47; PAPER.md §8.1). With
+`data.balance` the shuffled rows are interleaved round-robin by task and gym family, so each
+step can see one question of each kind (balanced batches).
 
 A row holds the Conductor's prompt built exactly as at inference (`plan_messages`: the run
 settings' template, ending with the assistant prefill), the formatted question the workers
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from typing import Any
 
 from podium.conductor import plan_messages
@@ -68,6 +71,15 @@ def _subpool(pool: Pool, spec: SubpoolSection, rng: random.Random) -> list[int]:
     return sample_subpool(n, rng, k=k, groups=groups, group_prob=spec.group_prob)
 
 
+def _interleave(drawn: list[tuple[str, Item]]) -> list[tuple[str, Item]]:
+    """Round-robin over (task, family): each block of consecutive rows has one of each kind
+    while they last (balanced batches)."""
+    kinds: dict[tuple[str, str], list[tuple[str, Item]]] = {}
+    for name, item in drawn:
+        kinds.setdefault((name, str(item.meta.get("family", ""))), []).append((name, item))
+    return [row for block in zip_longest(*kinds.values()) for row in block if row is not None]
+
+
 def view_of(pool: Pool, settings: RunSettings, workers: list[int]) -> PoolView:
     """The view a row's Conductor prompt shows (empty `workers`: the whole pool)."""
     return make_view(pool.workers, workers or None, settings.subpool_ids)
@@ -95,6 +107,8 @@ def build_data(spec: DataSection, subpool: SubpoolSection, pool: Pool,
             items[(t.name, item.id)] = item
             drawn.append((t.name, item))
     random.Random(spec.shuffle_seed).shuffle(drawn)
+    if spec.balance:
+        drawn = _interleave(drawn)
     rng = random.Random(subpool.seed)
     rows = []
     for name, item in drawn:
