@@ -24,7 +24,7 @@ from podium.errors import ConfigError
 CARD = "podium-conductor.json"
 CARD_FORMAT = 1
 PROMPT_SETTINGS = ("prompt", "fewshots", "pool_display", "max_steps", "access_mode",
-                   "subpool_ids")
+                   "subpool_ids", "max_subtask_chars")
 
 
 def pool_signature(pool: Pool) -> list[dict[str, Any]]:
@@ -120,7 +120,8 @@ def with_conductor(pool: Pool, source: str, *, allow_mismatch: bool = False) -> 
     """`pool` with its Conductor replaced by `source` (`--conductor`):
 
     * a checkpoint directory (from `podium train`): run in process with transformers; its card
-      is checked against the pool and its prompt settings are used;
+      is checked against the pool, its prompt settings are used, and a Conductor trained under
+      the workflow grammar runs under it;
     * a `.gguf` file (from `podium export`): run by the embedded llama.cpp backend;
     * an `http(s)://.../v1` URL, optionally `#MODEL` (default "conductor"): an OpenAI-compatible
       server (vLLM, llama.cpp's llama-server) that continues the prompt's prefill.
@@ -130,27 +131,35 @@ def with_conductor(pool: Pool, source: str, *, allow_mismatch: bool = False) -> 
 
     old = pool.conductor
     keep = {"temperature": old.temperature, "max_tokens": old.max_tokens, "seed": old.seed,
-            "top_p": old.top_p, "price": old.price, "constrained": False}
+            "top_p": old.top_p, "price": old.price}
     run = pool.run
     if source.startswith(("http://", "https://")):
         url, _, model = source.partition("#")
         spec = ConductorSpec(name="conductor", backend="openai", base_url=url,
-                             model=model or "conductor", prefill="continue", **keep)
+                             model=model or "conductor", prefill="continue", constrained=False,
+                             **keep)
     elif source.endswith(".gguf"):
         if not Path(source).is_file():
             raise ConfigError(f"--conductor {source}: no such file. Pass a GGUF written by "
                               "podium export, a checkpoint directory or a server URL.")
         run = _card_run(source, pool, allow_mismatch)
-        spec = ConductorSpec(name=Path(source).stem, backend="embedded", model=source, **keep)
+        spec = ConductorSpec(name=Path(source).stem, backend="embedded", model=source,
+                             constrained=_constrained(source), **keep)
     elif (Path(source) / "config.json").is_file():
         run = _card_run(source, pool, allow_mismatch)
         spec = ConductorSpec(name=Path(source).resolve().name, backend="transformers",
-                             model=str(source), **keep)
+                             model=str(source), constrained=_constrained(source), **keep)
     else:
         raise ConfigError(f"--conductor {source!r} is not a checkpoint directory (no "
                           "config.json), a .gguf file or an http(s) URL. Pass the folder "
                           "podium train wrote (e.g. runs/train/NAME/final).")
     return pool.model_copy(update={"conductor": spec, "run": run})
+
+
+def _constrained(source: str) -> bool:
+    """A Conductor trained under the workflow grammar runs under it (its card says so)."""
+    card = read_card(source)
+    return bool(card and card.get("constrained"))
 
 
 def _card_run(source: str, pool: Pool, allow_mismatch: bool) -> RunSettings:

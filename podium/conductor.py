@@ -18,9 +18,9 @@ from podium.errors import WorkerError, WorkflowParseError
 from podium.llm.base import ChatClient, Message
 from podium.outcome import INTERNAL
 from podium.subpool import PoolView
-from podium.workflow.grammar import workflow_grammar
+from podium.workflow.grammar import OPENING, workflow_grammar
 from podium.workflow.parse import parse_workflow
-from podium.workflow.prompt import conductor_messages, recursion_messages
+from podium.workflow.prompt import conductor_messages, get_prompt, recursion_messages
 from podium.workflow.types import Workflow
 
 
@@ -30,6 +30,15 @@ def _prefill(messages: list[Message] | None) -> str:
     if messages and messages[-1].get("role") == "assistant":
         return messages[-1].get("content") or ""
     return ""
+
+
+def grammar_for(view: PoolView, settings: RunSettings, revise: bool = False) -> str:
+    """The grammar a constrained Conductor writes under: the ids of `view`, the step limit,
+    three empty lists allowed in a recursion round (`revise`), and no reasoning when the
+    prompt's prefill already opened the lists (the compact prompt)."""
+    opened = not revise and get_prompt(settings.prompt).prefill.rstrip().endswith(OPENING)
+    return workflow_grammar(view.shown_ids, settings.max_steps, allow_empty=revise,
+                            opened=opened, max_subtask_chars=settings.max_subtask_chars)
 
 
 def plan_messages(question: str, view: PoolView, settings: RunSettings) -> list[Message]:
@@ -127,9 +136,7 @@ class Conductor:
         self.price = price
 
     def _grammar(self, view: PoolView, allow_empty: bool) -> str | None:
-        if not self.constrained:
-            return None
-        return workflow_grammar(view.shown_ids, self.settings.max_steps, allow_empty=allow_empty)
+        return grammar_for(view, self.settings, allow_empty) if self.constrained else None
 
     async def _generate(self, index: int, messages: list[Message], view: PoolView,
                         allow_empty: bool, sample_id: int | str) -> ConductorTurn:

@@ -164,6 +164,8 @@ class RunSettings(_Frozen):
     pool_display: Literal["masked", "names", "descriptions"] = Field(
         "masked", description="How the Conductor sees workers: masked ids (the paper) or names.")
     max_steps: int = Field(5, ge=1, description="Longest workflow accepted (the paper: 5).")
+    max_subtask_chars: int = Field(160, ge=10, description="Longest subtask a grammar-"
+                                   "constrained Conductor may write (characters).")
     access_mode: Literal["indices", "binary"] = Field(
         "binary", description="binary: only [] or 'all' (the paper's main model); indices: "
         "also lists of step positions (the paper's fine-grained ablation).")

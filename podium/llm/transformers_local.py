@@ -8,12 +8,14 @@ inference with the other backends never needs torch.
 The prompt is rendered with the model's own chat template; a trailing assistant message is a
 true prefill (the template continues it), as in the embedded backend and in training. One
 loaded model is shared by every pool entry naming the same directory, and calls to it are
-serialised. There is no grammar: a trained Conductor writes valid workflows on its own.
+serialised. A GBNF grammar (a constrained Conductor) is applied with xgrammar, as in training
+with `[grpo] constrained`, when xgrammar is installed (it is in the `train` extra).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import threading
 import time
 from pathlib import Path
@@ -28,6 +30,7 @@ INSTALL = ("The transformers backend needs the `train` extra: pip install 'podiu
 
 _LOADED: dict[str, tuple[Any, Any, threading.Lock]] = {}
 _LOAD_LOCK = threading.Lock()
+_COMPILERS: dict[str, Any] = {}  # model directory -> xgrammar GrammarCompiler
 
 
 def _load(path: str) -> tuple[Any, Any, threading.Lock]:
@@ -46,6 +49,17 @@ def _load(path: str) -> tuple[Any, Any, threading.Lock]:
         return _LOADED[path]
 
 
+def _grammar_processor(path: str, model: Any, tokenizer: Any, grammar: str) -> Any:
+    import xgrammar as xgr
+
+    with _LOAD_LOCK:
+        if path not in _COMPILERS:
+            info = xgr.TokenizerInfo.from_huggingface(tokenizer,
+                                                      vocab_size=model.config.vocab_size)
+            _COMPILERS[path] = xgr.GrammarCompiler(info)
+    return xgr.contrib.hf.LogitsProcessor(_COMPILERS[path].compile_grammar(grammar))
+
+
 class TransformersClient(NoGrammar):
     """A Conductor (or worker) checkpoint generating in process."""
 
@@ -59,7 +73,11 @@ class TransformersClient(NoGrammar):
                               "`podium train` checkpoint such as runs/train/NAME/final.")
         self._path = str(path)
 
-    def _generate(self, messages: list[Message]) -> ChatResponse:
+    @property
+    def supports_grammar(self) -> bool:
+        return importlib.util.find_spec("xgrammar") is not None
+
+    def _generate(self, messages: list[Message], grammar: str | None = None) -> ChatResponse:
         import torch
 
         model, tokenizer, lock = _load(self._path)
@@ -76,6 +94,9 @@ class TransformersClient(NoGrammar):
             kwargs.update(do_sample=True, temperature=temperature, top_p=s.top_p or 1.0)
         else:
             kwargs.update(do_sample=False)
+        if grammar is not None:
+            kwargs["logits_processor"] = [_grammar_processor(self._path, model, tokenizer,
+                                                             grammar)]
         start = time.perf_counter()
         with lock, torch.no_grad():
             if s.seed is not None:
@@ -92,9 +113,10 @@ class TransformersClient(NoGrammar):
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
                    sample_id: int | str = 0) -> ChatResponse:
-        self.refuse_grammar(grammar)
+        if grammar is not None and not self.supports_grammar:
+            self.refuse_grammar(grammar)
         try:
-            return await asyncio.to_thread(self._generate, messages)
+            return await asyncio.to_thread(self._generate, messages, grammar)
         except (WorkerError, ConfigError):
             raise
         except Exception as exc:  # a torch or tokenizer failure: one error kind, recorded

@@ -143,6 +143,9 @@ class GRPOSection(_Section):
                                        "(the paper: 1,024).")
     mask_truncated_completions: bool = Field(False, description="Leave completions cut at "
                                              "the length limit out of the loss.")
+    constrained: bool = Field(False, description="Sample every rollout under the Conductor's "
+                              "grammar (valid workflows only; transformers generation with "
+                              "xgrammar), as a constrained Conductor runs at inference.")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus (0: none).")
     seed: int = Field(42, description="Seed of sampling and of the trainer.")
     save_steps: int = Field(20, ge=1, description="Checkpoint every N steps.")

@@ -15,7 +15,8 @@ over the whole group, both rounds together (D14 `joint`, TRL's own group normali
 with `per_round`, the rewards of each round are standardised within the group first, so TRL's
 group normalisation leaves each round's advantages on their own scale.
 
-Generation goes through TRL's own single-turn generator (transformers or vLLM), once for the
+Generation goes through TRL's own single-turn generator (transformers or vLLM), or, with
+`[grpo] constrained`, under the Conductor's grammar (`podium.train.constrained`), once for the
 round-0 prompts and once for the round-1 prompts.
 """
 
@@ -29,6 +30,7 @@ from podium.conductor import revise_messages
 from podium.config import RunSettings
 from podium.errors import ConfigError
 from podium.train.config import RecursionSection
+from podium.train.constrained import generate
 
 
 def layout(n: int, group: int, k: int) -> tuple[list[int], dict[int, int]]:
@@ -71,13 +73,21 @@ class RecursionRollout:
     """TRL's `rollout_func` for the recursion fine-tune."""
 
     def __init__(self, reward: Any, spec: RecursionSection, settings: RunSettings,
-                 tokenizer: Any, rows: list[dict[str, Any]]) -> None:
+                 tokenizer: Any, rows: list[dict[str, Any]], grammars: Any = None) -> None:
         self.reward = reward
         self.spec = spec
         self.settings = settings
         self.tokenizer = tokenizer
         self.rows = {row["prompt"]: row for row in rows}
+        self.grammars = grammars  # podium.train.constrained.Grammars, or None
         self.calls = 0
+
+    def _generate(self, trainer: Any, ids: list[list[int]], workers: list[list[int]],
+                  revise: bool) -> tuple[list, Any]:
+        if self.grammars is None:
+            return generate(trainer, ids, None)
+        compiled = [self.grammars.compiled(tuple(w), revise) for w in workers]
+        return generate(trainer, ids, compiled, self.grammars.processor)
 
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -92,7 +102,8 @@ class RecursionRollout:
         k = int(group * self.spec.fraction)
         first, second = layout(len(prompts), group, k)
         prompt_ids = [self._ids(p) for p in prompts]
-        comp0, lp0 = trainer._generate_single_turn([prompt_ids[i] for i in first], None, {}, 1)
+        comp0, lp0 = self._generate(trainer, [prompt_ids[i] for i in first],
+                                    [self.rows[prompts[i]]["workers"] for i in first], False)
         completion = dict(zip(first, comp0, strict=True))
         logprob = dict(zip(first, lp0, strict=True)) if lp0 is not None else None
         self.calls += 1
@@ -113,7 +124,8 @@ class RecursionRollout:
             prompt_ids[j] = self._ids(self.tokenizer.apply_chat_template(
                 msgs, tokenize=False, continue_final_message=True, add_generation_prompt=False))
         order = sorted(second)
-        comp1, lp1 = trainer._generate_single_turn([prompt_ids[j] for j in order], None, {}, 1)
+        comp1, lp1 = self._generate(trainer, [prompt_ids[j] for j in order],
+                                    [self.rows[prompts[j]]["workers"] for j in order], True)
         completion.update(zip(order, comp1, strict=True))
         if logprob is not None and lp1 is not None:
             logprob.update(zip(order, lp1, strict=True))

@@ -32,6 +32,7 @@ from podium.config import Pool, RunSettings, load_pool
 from podium.errors import ConfigError
 from podium.pipeline import Pipeline
 from podium.train.config import TrainConfig
+from podium.train.constrained import ConstrainedRollout, Grammars
 from podium.train.data import TrainingData, build_data, with_prompts
 from podium.train.recursion import RecursionRollout
 from podium.train.reward import ConductorReward
@@ -127,7 +128,8 @@ def _callbacks(plan: Plan) -> list[Any]:
 
     out = Path(plan.config.output.dir)
     card = card_of(plan.pool, plan.settings, base_model=plan.config.model.path,
-                   recipe=plan.config.source, data=plan.data.counts())
+                   recipe=plan.config.source, data=plan.data.counts(),
+                   constrained=plan.config.grpo.constrained)
     last: dict[str, Any] = {}
 
     class PodiumCallback(TrainerCallback):  # the main process writes; the others train
@@ -175,10 +177,15 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
                              per_step=config.output.transcripts_per_step,
                              recursion=recursion, group=config.grpo.generations)
     rows = with_prompts(data.rows or [_placeholder(pool, settings)], tokenizer)
-    rollout = None
-    if recursion:  # TRL's rollout_func is marked experimental; podium pins the TRL it uses
+    grammars = (Grammars(tokenizer, model.config.vocab_size, pool, settings)
+                if config.grpo.constrained else None)
+    rollout: Any = None
+    if recursion:
+        rollout = RecursionRollout(reward, recursion, settings, tokenizer, rows, grammars)
+    elif grammars is not None:
+        rollout = ConstrainedRollout(grammars, tokenizer, rows)
+    if rollout is not None:  # TRL's rollout_func is marked experimental; podium pins its TRL
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-        rollout = RecursionRollout(reward, recursion, settings, tokenizer, rows)
     plan.trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=grpo_args(config),
                                train_dataset=Dataset.from_list(rows), rollout_func=rollout,
                                processing_class=tokenizer, callbacks=_callbacks(plan))
@@ -227,7 +234,8 @@ def describe(plan: Plan) -> list[str]:
         f"optimiser   lr {g.learning_rate} {g.lr_scheduler}, warm-up {g.warmup_ratio}, "
         f"beta {g.beta}, clip {g.epsilon}, loss {g.loss_type}, T {g.temperature}, "
         f"completions <= {g.max_completion_tokens} tokens",
-        f"generation  {'vLLM ' + g.vllm_mode if g.use_vllm else 'transformers'}",
+        f"generation  {'vLLM ' + g.vllm_mode if g.use_vllm else 'transformers'}"
+        + (", under the Conductor's grammar" if g.constrained else ""),
         f"output      {c.output.dir} (checkpoints every {g.save_steps} steps)",
     ]
 
@@ -255,6 +263,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> Path:
         last = next((h for h in reversed(state.log_history) if "reward" in h), {})
         write_card(final, card_of(plan.pool, plan.settings, base_model=config.model.path,
                                   recipe=config.source, data=plan.data.counts(),
+                                  constrained=config.grpo.constrained,
                                   steps=state.global_step, metrics=last))
         return final
     finally:

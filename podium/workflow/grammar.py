@@ -13,11 +13,16 @@ Conductor's completion is held to:
 with one alternative per step count (1..max_steps), so the three lists always agree in length.
 In a recursion round the grammar also admits three empty lists (keep the previous answer).
 The output reads back through `parse_workflow` like any other completion.
+
+When the prompt's prefill already opens the lists (the compact prompt's ``model_id = [``),
+`opened=True` gives the grammar of the rest: no reasoning, the first id straight away.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+OPENING = "model_id = ["  # a prefill that ends with this has opened the lists
 
 
 def workflow_grammar(
@@ -27,6 +32,7 @@ def workflow_grammar(
     allow_empty: bool = False,
     max_reason_chars: int = 240,
     max_subtask_chars: int = 160,
+    opened: bool = False,
 ) -> str:
     if not worker_ids:
         raise ValueError("the grammar needs at least one worker id")
@@ -35,23 +41,27 @@ def workflow_grammar(
     alternatives = [f"wf{n}" for n in range(1, max_steps + 1)]
     if allow_empty:
         alternatives.insert(0, "keep")
-    rules = [
+    reasoning = [
         "root ::= reason \"\\n\" workflow",
         "reason ::= [ \\n]? text (\"\\n\" text){0,2}",
         f"text ::= [^\\n\\[\\]=:`]{{1,{max_reason_chars}}}",
+    ]
+    rules = [
+        *(["root ::= workflow"] if opened else reasoning),
         "workflow ::= " + " | ".join(alternatives),
         "id ::= " + " | ".join(f'"{i}"' for i in sorted(set(worker_ids))),
         f"str ::= \"\\\"\" [A-Z] [^\"\\\\\\n]{{9,{max_subtask_chars}}} \"\\\"\"",
         "acc ::= \"[]\" | \"\\\"all\\\"\"",
-        'keep ::= "model_id = []\\nsubtasks = []\\naccess_list = []"',
+        f'keep ::= "{"" if opened else "model_id = ["}]\\nsubtasks = []\\naccess_list = []"',
     ]
     for n in range(1, max_steps + 1):
         ids = ' ", " '.join(["id"] * n)
         strs = ' ", " '.join(["str"] * n)
         first = "acc" if allow_empty else '"[]"'  # in a recursion round step 0 may see it
         accs = ' ", " '.join([first] + ["acc"] * (n - 1))
+        head = "" if opened else '"model_id = [" '
         rules.append(
-            f'wf{n} ::= "model_id = [" {ids} "]\\nsubtasks = [" {strs} '
+            f'wf{n} ::= {head}{ids} "]\\nsubtasks = [" {strs} '
             f'"]\\naccess_list = [" {accs} "]"'
         )
     return "\n".join(rules) + "\n"

@@ -259,22 +259,19 @@ _RECURSION_PREFILL_V1 = (
     "I will consider whether the previous workflow and its answer need any changes."
 )
 
-# A compact prompt for small Conductors (and fast CPU training): no reasoning, no examples by
-# default; the prefill opens the lists, so the model writes the plan straight away.
+# A compact prompt for small Conductors and fast CPU training: no reasoning; the prefill opens
+# the lists, so the model writes the plan straight away. Meant to be held to the workflow
+# grammar (a constrained Conductor, or `[grpo] constrained` in training), which fixes the
+# format; left free, a 135M model rarely writes three valid lists from it.
 _TEMPLATE_COMPACT = """\
-Answer the question by consulting a team of models, one step at a time, in at most \
-{max_steps} steps. Each step names a model, gives it a subtask, and says which earlier steps \
-it sees ("all" or []). The last step's response is the answer.
+Answer the question with a team of models, in at most {max_steps} steps. Each step names a \
+model, gives it a subtask, and says which earlier steps it sees ("all" or []). The last step's \
+response is the answer. Write model_id, subtasks and access_list as three lists.
 
 {examples}Question: {question}
 
 Models:
-{models}
-
-Write three lists of the same length, one entry per step, like this two-step plan:
-model_id = [1, 0]
-subtasks = ["Solve the question.", "Check the solution and give the final answer."]
-access_list = [[], "all"]"""
+{models}"""
 
 PROMPTS: dict[str, ConductorPrompt] = {
     "v1": ConductorPrompt(

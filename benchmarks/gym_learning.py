@@ -1,0 +1,250 @@
+"""Does training learn? The SmolLM2-135M Conductor trained on the gym, on a 2-core CPU.
+
+For each id assignment (a seeded shuffle of which Model id is which specialist), train with
+`podium train`'s own trainer and measure held-out accuracy before training and every
+`--eval-every` steps: greedy generation under the workflow grammar (as the trained Conductor
+runs), each workflow run and graded by the gym. Training stops at `--minutes` of training wall
+time (held-out evaluation is not counted in it). Next to the curves, on the same held-out
+items: the best single worker, a random-routing Conductor (a uniformly random valid workflow:
+length, workers and access) and the untrained Conductor (step 0).
+
+The gym here: the families `--families` (default arithmetic, reverse and count>arithmetic: three
+specialists, a third of the questions chained), question mode or `--mode subtask`.
+
+    .venv/bin/python benchmarks/gym_learning.py [--assignments 1 2 3] [--minutes 25]
+        [--eval-every 5] [--held-out 30] [--mode question] [--set grpo.learning_rate=2e-5 ...]
+        [--out benchmarks/results/gym_learning.json]
+
+Writes JSON and a PNG learning curve (one line per assignment, the baselines as horizontal
+lines) next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_FAMILIES = ("arithmetic", "reverse", "count>arithmetic")
+BASE = {
+    "data": {"balance": True},
+    "run": {"prompt": "compact", "fewshots": "none", "max_steps": 2, "max_subtask_chars": 60},
+    "grpo": {"max_steps": 10_000, "questions_per_step": 3, "generations": 8,
+             "learning_rate": 2e-5, "warmup_ratio": 0.0, "max_completion_tokens": 64,
+             "temperature": 1.0, "save_steps": 100_000, "constrained": True},
+    "output": {"transcripts_per_step": 2},
+}
+
+
+def config(folder: Path, seed: int, args: argparse.Namespace) -> Any:
+    from podium.train.config import apply_overrides, train_config_from_dict
+    from podium.train.gym import pool_toml, specialists_for
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pool = folder / "pool.toml"
+    pool.write_text(pool_toml(seed, args.mode, specialists_for(args.families)))
+    data = {**BASE, "pool": {"file": str(pool)},
+            "data": {**BASE["data"], "tasks": [{"name": "gym", "split": "train",
+                                               "options": {"families": list(args.families)}}]},
+            "output": {**BASE["output"], "dir": str(folder / "out")}}
+    return train_config_from_dict(apply_overrides(data, args.set or []), f"gym seed {seed}")
+
+
+class HeldOut:
+    """Greedy, grammar-held generation by the live policy on the held-out items, each workflow
+    run by the pipeline and graded by the gym."""
+
+    def __init__(self, plan: Any, n: int) -> None:
+        from podium.conductor import plan_messages
+        from podium.train.data import view_of, with_prompts
+
+        self.plan = plan
+        self.task = plan.data.tasks["gym"]
+        self.items = self.task.load(split="test", n=n, seed=7)
+        view = view_of(plan.pool, plan.settings, [])
+        self.rows = with_prompts([{"messages": plan_messages(self.task.format(i), view,
+                                                             plan.settings)}
+                                  for i in self.items], plan.trainer.processing_class)
+
+    def completions(self) -> list[str]:
+        import torch
+        from transformers import LogitsProcessorList
+
+        trainer = self.plan.trainer
+        tok = trainer.processing_class
+        grammars = trainer.rollout_func.grammars
+        ids = [tok(r["prompt"], add_special_tokens=False)["input_ids"] for r in self.rows]
+        width, pad = max(map(len, ids)), tok.pad_token_id
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        model.eval()
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=torch.tensor([[pad] * (width - len(i)) + i for i in ids]),
+                attention_mask=torch.tensor([[0] * (width - len(i)) + [1] * len(i)
+                                             for i in ids]),
+                do_sample=False, max_new_tokens=trainer.args.max_completion_length,
+                pad_token_id=pad, logits_processor=LogitsProcessorList([grammars.processor(
+                    [grammars.compiled((), False)] * len(ids))]))
+        model.train()
+        return tok.batch_decode(out[:, width:], skip_special_tokens=True)
+
+    def score(self, completions: list[str]) -> dict[str, Any]:
+        from podium.outcome import grade_outcome
+
+        async def go() -> list[Any]:
+            pipe = self.plan.pipeline
+            out = []
+            for item, row, text in zip(self.items, self.rows, completions, strict=True):
+                run = await pipe.run_completion(self.task.format(item), text,
+                                                messages=row["messages"])
+                out.append((item, await grade_outcome(run.outcome, self.task, item), run))
+            return out
+
+        graded = asyncio.run(go())
+        by_family: dict[str, list[bool]] = {}
+        for item, o, _ in graded:
+            by_family.setdefault(item.meta["family"], []).append(o.correct)
+        plans = [[s.worker_name for s in r.rounds[0].run.steps] if r.rounds[0].run else None
+                 for _, _, r in graded]
+        return {"accuracy": statistics.fmean(o.correct for _, o, _ in graded),
+                "by_family": {f: statistics.fmean(v) for f, v in by_family.items()},
+                "plans": plans[:6]}
+
+    def baselines(self) -> dict[str, float]:
+        names = [w.name for w in self.plan.pool.workers]
+        single = {name: self.score([f'{i}]\nsubtasks = ["Solve it."]\naccess_list = [[]]'
+                                    for _ in self.items])["accuracy"]
+                  for i, name in enumerate(names)}
+        rng = random.Random(0)
+
+        def random_plan() -> str:
+            k = rng.randint(1, self.plan.settings.max_steps)
+            ids = [rng.randrange(len(names)) for _ in range(k)]
+            access = ["[]"] + [rng.choice(['"all"', "[]"]) for _ in range(k - 1)]
+            return (f"{', '.join(map(str, ids))}]\nsubtasks = {json.dumps(['Solve it.'] * k)}"
+                    f"\naccess_list = [{', '.join(access)}]")
+
+        randoms = [self.score([random_plan() for _ in self.items])["accuracy"]
+                   for _ in range(3)]
+        return {"best_single": max(single.values()), "single": single,
+                "random_routing": statistics.fmean(randoms)}
+
+
+def run_assignment(seed: int, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    from transformers import TrainerCallback
+
+    from podium.train.trainer import build
+
+    plan = build(config(folder, seed, args))
+    held = HeldOut(plan, args.held_out)
+    curve: list[dict[str, Any]] = []
+    clock = {"train_s": 0.0, "started": time.perf_counter()}
+
+    def evaluate(step: int) -> None:
+        t = time.perf_counter()
+        result = held.score(held.completions())
+        curve.append({"step": step, "train_min": clock["train_s"] / 60, **result})
+        print(f"  seed {seed} step {step:3d} · {clock['train_s'] / 60:5.1f} min · held-out "
+              f"{100 * result['accuracy']:5.1f}% {result['by_family']}", flush=True)
+        clock["eval_s"] = clock.get("eval_s", 0.0) + time.perf_counter() - t
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, a, state, control, **kw):
+            self.t = time.perf_counter()
+
+        def on_step_end(self, a, state, control, **kw):
+            clock["train_s"] += time.perf_counter() - self.t
+            if state.global_step % args.eval_every == 0:
+                evaluate(state.global_step)
+            if clock["train_s"] >= 60 * args.minutes:
+                control.should_training_stop = True
+
+    try:
+        baselines = held.baselines()
+        evaluate(0)
+        plan.trainer.add_callback(Clock())
+        plan.trainer.train()
+        if curve[-1]["step"] != plan.trainer.state.global_step:
+            evaluate(plan.trainer.state.global_step)
+    finally:
+        plan.close()
+    return {"seed": seed, "assignment": [w.name for w in plan.pool.workers],
+            "curve": curve, "baselines": baselines,
+            "untrained": curve[0]["accuracy"], "final": curve[-1]["accuracy"],
+            "best": max(c["accuracy"] for c in curve),
+            "minutes_to_90": next((c["train_min"] for c in curve if c["accuracy"] >= 0.9), None),
+            "train_min": clock["train_s"] / 60, "eval_min": clock.get("eval_s", 0.0) / 60}
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for r in results:
+        xs = [c["train_min"] for c in r["curve"]]
+        ax.plot(xs, [100 * c["accuracy"] for c in r["curve"]], marker="o", ms=3,
+                label=f"seed {r['seed']}: " + ", ".join(r["assignment"]))
+    b = results[0]["baselines"]
+    ax.axhline(100 * b["best_single"], ls="--", c="grey", label="best single worker")
+    ax.axhline(100 * b["random_routing"], ls=":", c="grey", label="random routing")
+    ax.axhline(90, ls="-", c="green", lw=0.6, label="target 90%")
+    ax.set_xlabel("training wall time (minutes, 2 CPU cores)")
+    ax.set_ylabel("held-out accuracy (%)")
+    ax.set_ylim(-2, 102)
+    ax.set_title("SmolLM2-135M Conductor on the gym")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--assignments", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--families", nargs="+", default=list(DEFAULT_FAMILIES))
+    parser.add_argument("--mode", choices=("question", "subtask"), default="question")
+    parser.add_argument("--minutes", type=float, default=25)
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--held-out", type=int, default=30)
+    parser.add_argument("--set", action="append", help="a training config override")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gym_learning.json"))
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in args.assignments:
+            print(f"assignment seed {seed}", flush=True)
+            results.append(run_assignment(seed, args, Path(tmp) / f"seed-{seed}"))
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({"args": {k: v for k, v in vars(args).items()
+                                                     if k != "out"}, "results": results},
+                                           indent=2, default=str))
+    png = args.out.with_suffix(".png")
+    plot(results, png)
+    print(f"\n{'seed':>4} {'assignment':<36} {'untrained':>9} {'best':>6} {'final':>6} "
+          f"{'to 90%':>7} {'train min':>9}")
+    for r in results:
+        to90 = f"{r['minutes_to_90']:.1f}" if r["minutes_to_90"] is not None else "-"
+        print(f"{r['seed']:>4} {', '.join(r['assignment']):<36} {100 * r['untrained']:>8.1f}% "
+              f"{100 * r['best']:>5.1f}% {100 * r['final']:>5.1f}% {to90:>7} "
+              f"{r['train_min']:>9.1f}")
+    b = results[0]["baselines"]
+    print(f"best single worker {100 * b['best_single']:.1f}% · random routing "
+          f"{100 * b['random_routing']:.1f}%")
+    ok = all(r["minutes_to_90"] is not None and r["minutes_to_90"] <= args.minutes
+             for r in results)
+    print(f"target: >= 90% held-out on every assignment within {args.minutes:g} min: "
+          f"{'PASS' if ok else 'MISS'}")
+    print(f"wrote {args.out} and {png}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Rollouts held to valid workflows: the Conductor's grammar applied while the policy samples.
+
+A small policy (SmolLM2-135M) rarely writes three parseable, equal-length lists at temperature
+1.0, so most rollouts score the format-error 0 and a step carries little signal about which
+worker or topology was right. With `[grpo] constrained = true`, each rollout is sampled under
+the same GBNF grammar the embedded backend applies at inference (`grammar_for`: the row's shown
+ids, the step limit, the prompt's prefill), compiled for the policy's tokenizer by xgrammar and
+applied as a transformers logits processor. Every rollout is then a valid workflow, and the
+reward compares worker choices and topologies from the first step. The policy is trained on
+the tokens it sampled (TRL's loss uses its own, unmasked log-probabilities), and the trained
+Conductor runs under the same grammar at inference (`constrained = true` in the pool).
+
+Generation goes through TRL's model unwrapping, so it works wherever TRL's own transformers
+generation does; with vLLM use TRL's structured outputs instead.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from podium.conductor import grammar_for
+from podium.config import Pool, RunSettings
+from podium.errors import ConfigError
+from podium.train.data import view_of
+
+
+class Grammars:
+    """Compiled grammars per (shown ids, recursion round), for one tokenizer."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int, pool: Pool,
+                 settings: RunSettings) -> None:
+        try:
+            import xgrammar as xgr
+        except ImportError:
+            raise ConfigError("[grpo] constrained = true needs xgrammar: pip install "
+                              "'podium[train]'.") from None
+        self._xgr = xgr
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+        self._compiler = xgr.GrammarCompiler(info)
+        self.pool, self.settings = pool, settings
+        self.compiled = lru_cache(maxsize=256)(self._compile)
+
+    def _compile(self, workers: tuple[int, ...], revise: bool) -> Any:
+        view = view_of(self.pool, self.settings, list(workers))
+        return self._compiler.compile_grammar(grammar_for(view, self.settings, revise))
+
+    def processor(self, grammars: list[Any]) -> Any:
+        return self._xgr.contrib.hf.LogitsProcessor(grammars)
+
+
+def generate(trainer: Any, prompt_ids: list[list[int]],
+             grammars: list[Any] | None, processor: Any = None) -> tuple[list, Any]:
+    """Completions for `prompt_ids`: TRL's own generator, or, with `grammars` (one per
+    prompt), transformers' generate under those grammars. Returns (completion ids, logprobs)."""
+    if grammars is None:
+        return trainer._generate_single_turn(prompt_ids, None, {}, 1)
+    import torch
+    from transformers import LogitsProcessorList
+    from trl.models import unwrap_model_for_generation
+
+    pad = trainer.processing_class.pad_token_id
+    width = max(len(ids) for ids in prompt_ids)
+    inputs = torch.tensor([[pad] * (width - len(ids)) + ids for ids in prompt_ids])
+    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids])
+    device = trainer.accelerator.device
+    with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                     gather_deepspeed3_params=trainer.args
+                                     .ds3_gather_for_generation) as model, torch.no_grad():
+        out = model.generate(input_ids=inputs.to(device), attention_mask=mask.to(device),
+                             generation_config=trainer.generation_config,
+                             logits_processor=LogitsProcessorList([processor(grammars)]))
+    eos = set(trainer.eos_token_ids)
+    completions = []
+    for row in out[:, width:].tolist():
+        end = next((i for i, t in enumerate(row) if t in eos), None)
+        completions.append(row if end is None else row[:end + 1])
+    return completions, None
+
+
+class ConstrainedRollout:
+    """TRL's `rollout_func` for single-round training with grammar-held rollouts."""
+
+    def __init__(self, grammars: Grammars, tokenizer: Any, rows: list[dict[str, Any]]) -> None:
+        self.grammars, self.tokenizer = grammars, tokenizer
+        self.rows = {row["prompt"]: row for row in rows}
+
+    def __call__(self, prompts: list[str], trainer: Any) -> dict[str, Any]:
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        grammars = [self.grammars.compiled(tuple(self.rows[p]["workers"]), False)
+                    for p in prompts]
+        completions, logprobs = generate(trainer, ids, grammars, self.grammars.processor)
+        return {"prompt_ids": ids, "completion_ids": completions, "logprobs": logprobs}
