@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.podium-installed
 QUESTION ?= A shop sells pens at 3 dollars each. Tom buys 4 pens and pays with a 20 dollar bill. How much change does he get?
 
-.PHONY: venv demo test test-all lint bench clean
+.PHONY: venv demo test test-all lint bench gym clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -16,6 +16,18 @@ venv: $(STAMP)
 
 demo: venv
 	$(VENV)/bin/podium ask "$(QUESTION)" --trace runs/demo-trace.json
+
+GYM_FAMILIES := arithmetic,reverse,count>arithmetic
+
+# Train the gym Conductor on the CPU, then ask it held-out questions and score it on 30.
+gym: venv
+	$(VENV)/bin/podium train --config configs/train/gym-cpu.toml
+	$(PY) -m podium.train.gym questions --families "$(GYM_FAMILIES)" --n 3 | while read -r q; do \
+		$(VENV)/bin/podium ask "$$q" --conductor runs/train/gym-cpu/final \
+			--pool configs/pools/gym-small.toml --no-cache; done
+	$(VENV)/bin/podium eval --task gym --option 'families=["arithmetic","reverse","count>arithmetic"]' \
+		--conductor runs/train/gym-cpu/final --pool configs/pools/gym-small.toml --n 30 \
+		--repeats 1 --no-cache --out runs/eval/gym-cpu
 
 test: venv
 	$(PY) -m pytest -q

@@ -34,9 +34,9 @@ from typing import Any
 DEFAULT_FAMILIES = ("arithmetic", "reverse", "count>arithmetic")
 BASE = {
     "data": {"balance": True},
-    "run": {"prompt": "compact", "fewshots": "none", "max_steps": 2, "max_subtask_chars": 60},
-    "grpo": {"max_steps": 10_000, "questions_per_step": 3, "generations": 8,
-             "learning_rate": 2e-5, "warmup_ratio": 0.0, "max_completion_tokens": 64,
+    "run": {"prompt": "compact", "fewshots": "none", "max_steps": 2, "max_subtask_chars": 24},
+    "grpo": {"max_steps": 10_000, "questions_per_step": 3, "generations": 6,
+             "learning_rate": 2e-5, "warmup_ratio": 0.0, "max_completion_tokens": 48,
              "temperature": 1.0, "save_steps": 100_000, "constrained": True},
     "output": {"transcripts_per_step": 2},
 }
@@ -116,19 +116,26 @@ class HeldOut:
                 "by_family": {f: statistics.fmean(v) for f, v in by_family.items()},
                 "plans": plans[:6]}
 
+    def _plan(self, ids: list[int], access: list[str]) -> str:
+        """A completion of the prompt's prefill that writes this workflow."""
+        from podium.workflow.grammar import OPENING
+        from podium.workflow.prompt import get_prompt
+
+        opened = get_prompt(self.plan.settings.prompt).prefill.rstrip().endswith(OPENING)
+        lists = (f"{', '.join(map(str, ids))}]\nsubtasks = {json.dumps(['Solve it.'] * len(ids))}"
+                 f"\naccess_list = [{', '.join(access)}]")
+        return lists if opened else "\n" + OPENING + lists
+
     def baselines(self) -> dict[str, float]:
         names = [w.name for w in self.plan.pool.workers]
-        single = {name: self.score([f'{i}]\nsubtasks = ["Solve it."]\naccess_list = [[]]'
-                                    for _ in self.items])["accuracy"]
+        single = {name: self.score([self._plan([i], ["[]"]) for _ in self.items])["accuracy"]
                   for i, name in enumerate(names)}
         rng = random.Random(0)
 
         def random_plan() -> str:
             k = rng.randint(1, self.plan.settings.max_steps)
             ids = [rng.randrange(len(names)) for _ in range(k)]
-            access = ["[]"] + [rng.choice(['"all"', "[]"]) for _ in range(k - 1)]
-            return (f"{', '.join(map(str, ids))}]\nsubtasks = {json.dumps(['Solve it.'] * k)}"
-                    f"\naccess_list = [{', '.join(access)}]")
+            return self._plan(ids, ["[]"] + [rng.choice(['"all"', "[]"]) for _ in range(k - 1)])
 
         randoms = [self.score([random_plan() for _ in self.items])["accuracy"]
                    for _ in range(3)]

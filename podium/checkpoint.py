@@ -24,7 +24,7 @@ from podium.errors import ConfigError
 CARD = "podium-conductor.json"
 CARD_FORMAT = 1
 PROMPT_SETTINGS = ("prompt", "fewshots", "pool_display", "max_steps", "access_mode",
-                   "subpool_ids", "max_subtask_chars")
+                   "subpool_ids", "max_subtask_chars", "max_reason_chars", "max_reason_lines")
 
 
 def pool_signature(pool: Pool) -> list[dict[str, Any]]:

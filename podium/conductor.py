@@ -38,7 +38,9 @@ def grammar_for(view: PoolView, settings: RunSettings, revise: bool = False) -> 
     prompt's prefill already opened the lists (the compact prompt)."""
     opened = not revise and get_prompt(settings.prompt).prefill.rstrip().endswith(OPENING)
     return workflow_grammar(view.shown_ids, settings.max_steps, allow_empty=revise,
-                            opened=opened, max_subtask_chars=settings.max_subtask_chars)
+                            opened=opened, max_subtask_chars=settings.max_subtask_chars,
+                            max_reason_chars=settings.max_reason_chars,
+                            max_reason_lines=settings.max_reason_lines)
 
 
 def plan_messages(question: str, view: PoolView, settings: RunSettings) -> list[Message]:

@@ -166,6 +166,10 @@ class RunSettings(_Frozen):
     max_steps: int = Field(5, ge=1, description="Longest workflow accepted (the paper: 5).")
     max_subtask_chars: int = Field(160, ge=10, description="Longest subtask a grammar-"
                                    "constrained Conductor may write (characters).")
+    max_reason_chars: int = Field(240, ge=1, description="Longest line of reasoning a grammar-"
+                                  "constrained Conductor may write before its lists.")
+    max_reason_lines: int = Field(3, ge=1, description="Lines of reasoning a grammar-"
+                                  "constrained Conductor may write before its lists.")
     access_mode: Literal["indices", "binary"] = Field(
         "binary", description="binary: only [] or 'all' (the paper's main model); indices: "
         "also lists of step positions (the paper's fine-grained ablation).")

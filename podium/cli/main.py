@@ -84,6 +84,9 @@ def eval_cmd(
                                  "$PODIUM_DATA_DIR or ../shared/data)."),
     path: str = typer.Option(None, "--path", help="The task's data file, where it takes one "
                              "(livecodebench, gpqa, rlpr)."),
+    task_option: list[str] = typer.Option(None, "--option", help="A task option, KEY=VALUE "
+                                          "(the value read as TOML), e.g. --option "
+                                          "grading=legacy (repeatable)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Don't use the response cache."),
     fallback: bool = typer.Option(False, "--fallback", help="Answer with one worker when the "
                                   "Conductor's output does not parse (default: score it as a "
@@ -97,6 +100,7 @@ def eval_cmd(
     from podium.cli.eval import run_eval
 
     options = {k: v for k, v in {"data_dir": data_dir, "path": path}.items() if v}
+    options.update(_task_options(task_option or []))
     out = out or f"runs/eval/{task.replace(':', '_').replace('/', '_')}-{system.replace(':', '_')}"
     code = _guard(lambda: run_eval(task=task, system=system, n=n, repeats=repeats,
                                    concurrency=concurrency, out=out, pool=pool, split=split,
@@ -171,6 +175,23 @@ app.add_typer(pool_app, name="pool")
 
 POOL_OPT = typer.Option(None, "--pool", "-p", help="Pool file (TOML). Default: the embedded "
                         "team.")
+
+
+def _task_options(items: list[str]) -> dict:
+    """`--option KEY=VALUE` pairs, each value read as TOML (else as text)."""
+    import tomllib
+
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"--option {item!r}: write KEY=VALUE, e.g. "
+                                     "--option grading=legacy")
+        try:
+            out[key.strip()] = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key.strip()] = text
+    return out
 
 
 def _guard(fn, debug: bool) -> int:

@@ -4,7 +4,7 @@ A 135M-parameter Conductor almost never writes three parseable, equal-length lis
 Where the backend can constrain decoding (llama.cpp GBNF, vLLM structured outputs), the
 Conductor's completion is held to:
 
-    free reasoning (up to 3 short lines, no brackets, '=' or ':')
+    free reasoning (up to 3 short lines by default, no brackets, '=' or ':')
     model_id = [i, ...]          ids drawn from the pool
     subtasks = ["...", ...]      one instruction per step: a capital letter, then 9+ characters
     access_list = [[], ...]      [] or "all" ("all" at step 0 only in a recursion round,
@@ -32,6 +32,7 @@ def workflow_grammar(
     allow_empty: bool = False,
     max_reason_chars: int = 240,
     max_subtask_chars: int = 160,
+    max_reason_lines: int = 3,
     opened: bool = False,
 ) -> str:
     if not worker_ids:
@@ -43,7 +44,7 @@ def workflow_grammar(
         alternatives.insert(0, "keep")
     reasoning = [
         "root ::= reason \"\\n\" workflow",
-        "reason ::= [ \\n]? text (\"\\n\" text){0,2}",
+        f"reason ::= [ \\n]? text (\"\\n\" text){{0,{max(max_reason_lines - 1, 0)}}}",
         f"text ::= [^\\n\\[\\]=:`]{{1,{max_reason_chars}}}",
     ]
     rules = [

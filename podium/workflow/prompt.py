@@ -26,7 +26,8 @@ Prompt versions and few-shot sets live in small registries (`PROMPTS`, `FEWSHOT_
 the ablations (other few-shot sets, no examples, recursion templates) are a name away. `v1` is
 the paper's shape (reason first, then the lists); `compact` is for small Conductors and fast CPU
 training: a short template whose prefill (``model_id = [``) opens the lists, so the plan comes
-at once (the completion is parsed together with the prefill it continues). All
+at once (the completion is parsed together with the prefill it continues); `compact-reason` is
+the same template with a one-line thought first ("The question asks to ..."). All
 wording here is podium's own; the few-shot questions are written for podium and come from none
 of the benchmarks it evaluates.
 """
@@ -287,6 +288,16 @@ PROMPTS: dict[str, ConductorPrompt] = {
         system=_SYSTEM_V1,
         template=_TEMPLATE_COMPACT,
         prefill="model_id = [",
+        recursion=_RECURSION_V1,
+        recursion_prefill=_RECURSION_PREFILL_V1,
+    ),
+    # the compact template with a short thought first: the prefill opens a sentence about what
+    # the question asks, which gives the worker ids a feature to condition on
+    "compact-reason": ConductorPrompt(
+        name="compact-reason",
+        system=_SYSTEM_V1,
+        template=_TEMPLATE_COMPACT,
+        prefill="The question asks to",
         recursion=_RECURSION_V1,
         recursion_prefill=_RECURSION_PREFILL_V1,
     ),

@@ -141,3 +141,33 @@ def test_the_gym_pool_files_and_an_eval_on_the_gym(tmp_path):
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["graded"] == 7 and 0 < summary["accuracy"] < 1  # arithmetic only
+
+
+def test_a_grammar_held_gym_run_and_its_conductor_under_the_same_grammar(tmp_path, monkeypatch):
+    """One GRPO step on the gym with rollouts held to the workflow grammar: every rollout is a
+    valid workflow; the checkpoint's card says so, and `--conductor` runs it under the grammar
+    too, so its answer to a held-out question is a valid workflow as well."""
+    pytest.importorskip("trl")
+    from typer.testing import CliRunner
+
+    from podium.cli.main import app
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    args = ["train", "--config", str(ROOT / "configs" / "train" / "gym-cpu.toml"),
+            "--set", "grpo.max_steps=1", "--set", "grpo.generations=4",
+            "--set", "grpo.questions_per_step=1", "--set", f"output.dir={out}"]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    (logged,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()
+                 if '"reward"' in x]
+    assert logged["podium/format_error"] == 0  # the grammar holds every rollout
+    card = json.loads((out / "final" / "podium-conductor.json").read_text())
+    assert card["constrained"] is True and card["run"]["max_subtask_chars"] == 24
+    question = TASK.items("test")[1].question
+    result = CliRunner().invoke(app, [
+        "ask", question, "--json", "--no-cache", "--conductor", str(out / "final"),
+        "--pool", str(ROOT / "configs" / "pools" / "gym-small.toml")], catch_exceptions=False)
+    data = json.loads(result.stdout)
+    turn = data["conductor"][0]
+    assert turn["constrained"] is True and turn["parse_error"] is None and data["answer"]

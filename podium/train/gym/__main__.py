@@ -1,11 +1,15 @@
-"""`python -m podium.train.gym pool [--seed N] [--mode M] [--specialists a,b]`: a gym pool."""
+"""The gym's command line.
+
+    python -m podium.train.gym pool [--seed N] [--mode M] [--specialists a,b]   # a pool file
+    python -m podium.train.gym questions [--families a,b] [--n 3]             # held-out questions
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from podium.train.gym import MODES, SPECIALISTS, pool_toml
+from podium.train.gym import FAMILIES, MODES, SPECIALISTS, GymTask, pool_toml
 
 
 def main() -> None:
@@ -16,7 +20,16 @@ def main() -> None:
     pool.add_argument("--mode", choices=MODES, default="question")
     pool.add_argument("--specialists", default=",".join(SPECIALISTS),
                       help="comma-separated specialists to list (default: all five)")
+    questions = sub.add_parser("questions", help="print held-out questions, one per line")
+    questions.add_argument("--families", default=",".join(FAMILIES))
+    questions.add_argument("--n", type=int, default=3)
     args = parser.parse_args()
+    if args.command == "questions":
+        families = tuple(f.strip() for f in args.families.split(",") if f.strip())
+        task = GymTask(families=families)
+        for item in task.items("test")[:args.n]:
+            sys.stdout.write(item.question + "\n")
+        return
     names = tuple(n.strip() for n in args.specialists.split(",") if n.strip())
     unknown = sorted(set(names) - set(SPECIALISTS))
     if unknown or not names:
