@@ -160,7 +160,7 @@ class RunSettings(_Frozen):
     """How a question is run. Every field is also a `[run]` key in the pool file."""
 
     prompt: str = Field("v1", description="Conductor prompt version (podium.workflow.prompt).")
-    fewshots: str = Field("ood", description="Few-shot set: ood | none.")
+    fewshots: str = Field("ood", description="Few-shot set: ood | short | none.")
     pool_display: Literal["masked", "names", "descriptions"] = Field(
         "masked", description="How the Conductor sees workers: masked ids (the paper) or names.")
     max_steps: int = Field(5, ge=1, description="Longest workflow accepted (the paper: 5).")

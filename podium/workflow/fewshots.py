@@ -3,7 +3,8 @@
 Each example shows a question, a short plan in prose and the three lists it leads to (PAPER.md
 §2.3). The `ood` set has the composition of the paper's out-of-domain set (two arithmetic
 puzzles, one medical and one calculus question); its questions are written for podium and come
-from none of the benchmarks it evaluates. The examples are written for the paper's 7-worker
+from none of the benchmarks it evaluates; `short` has two examples for small Conductors with
+short plans. The examples are written for the paper's 7-worker
 pool (ids 0-6, plans of up to 4 steps); `format_examples` fits them to the pool at hand: ids
 moved onto the ids the Conductor is shown (`fit_example_ids`), plans longer than the step limit
 left out, so no prompt shows an id outside the pool or a plan longer than allowed.
@@ -90,8 +91,28 @@ _OOD: tuple[FewShot, ...] = (
     ),
 )
 
+# Two short examples for small Conductors and short plans (at most 2 steps): a question one
+# model answers alone, and one whose second part needs the first part's result, so the second
+# step sees the first ("all").
+_SHORT: tuple[FewShot, ...] = (
+    FewShot(
+        question="Translate 'bonjour' into English.",
+        plan="One model can answer this alone.",
+        workflow=Workflow.of([(0, "Translate 'bonjour' into English.", ())]),
+    ),
+    FewShot(
+        question="Find the year the Eiffel Tower opened, then add 10 to the result.",
+        plan="One model finds the year; a second, seeing it, does the sum.",
+        workflow=Workflow.of([
+            (1, "Find the year the Eiffel Tower opened.", ()),
+            (0, "Add 10 to the result.", "all"),
+        ]),
+    ),
+)
+
 FEWSHOT_SETS: dict[str, tuple[FewShot, ...]] = {
     "ood": _OOD,
+    "short": _SHORT,
     "none": (),
 }
 DEFAULT_FEWSHOTS = "ood"

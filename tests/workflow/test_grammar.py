@@ -48,3 +48,24 @@ def test_hot_sampling_under_the_grammar_still_parses(seed):
     assert 1 <= len(wf) <= 2
     assert {s.worker for s in wf.steps} <= {0, 2}
     assert wf.steps[0].access == ()
+
+
+def accepts(grammar: str, text: str) -> bool:
+    """Whether the grammar admits `text` in full (xgrammar, byte-level, no model needed)."""
+    xgr = pytest.importorskip("xgrammar")
+    info = xgr.TokenizerInfo([chr(c) for c in range(32, 127)] + ["\n"])
+    matcher = xgr.GrammarMatcher(xgr.GrammarCompiler(info).compile_grammar(grammar))
+    return matcher.accept_string(text) and matcher.is_completed()
+
+
+def test_a_subtask_cannot_hold_a_list_label():
+    """A subtask like "Access: all" would read as the access_list's label (the parser takes a
+    label's first match), so the grammar keeps ':' and '=' out of subtasks."""
+    grammar = workflow_grammar([0, 1], 2, opened=True)
+    good = '0]\nsubtasks = ["Reverse the word abc."]\naccess_list = [[]]'
+    assert accepts(grammar, good)
+    for subtask in ("Access: all of it", "Model id = 1 please"):
+        assert not accepts(grammar, f'0]\nsubtasks = ["{subtask}"]\naccess_list = [[]]')
+    reasoned = workflow_grammar([0, 1], 2, max_reason_chars=20, max_reason_lines=1)
+    assert accepts(reasoned, " reverse a word\n" + "model_id = [" + good)
+    assert not accepts(reasoned, " reverse a word\nand more\n" + "model_id = [" + good)
