@@ -8,8 +8,9 @@ time (held-out evaluation is not counted in it). Next to the curves, on the same
 items: the best single worker, a random-routing Conductor (a uniformly random valid workflow:
 length, workers and access) and the untrained Conductor (step 0).
 
-The gym here: the families `--families` (default arithmetic, reverse and count>arithmetic: three
-specialists, a third of the questions chained), question mode or `--mode subtask`.
+The training settings are configs/train/gym-cpu.toml's (`--set` overrides them); the gym here:
+the families `--families` (default arithmetic, reverse and count>arithmetic: three specialists,
+a third of the questions chained), question mode or `--mode subtask`.
 
     .venv/bin/python benchmarks/gym_learning.py [--assignments 1 2 3] [--minutes 25]
         [--eval-every 5] [--held-out 30] [--mode question] [--set grpo.learning_rate=2e-5 ...]
@@ -32,28 +33,26 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_FAMILIES = ("arithmetic", "reverse", "count>arithmetic")
-BASE = {
-    "data": {"balance": True},
-    "run": {"prompt": "compact", "fewshots": "none", "max_steps": 2, "max_subtask_chars": 24},
-    "grpo": {"max_steps": 10_000, "questions_per_step": 3, "generations": 6,
-             "learning_rate": 2e-5, "warmup_ratio": 0.0, "max_completion_tokens": 48,
-             "temperature": 1.0, "save_steps": 100_000, "constrained": True},
-    "output": {"transcripts_per_step": 2},
-}
+RECIPE = Path(__file__).resolve().parents[1] / "configs" / "train" / "gym-cpu.toml"
 
 
 def config(folder: Path, seed: int, args: argparse.Namespace) -> Any:
+    """configs/train/gym-cpu.toml with this assignment's pool, the families, no step limit (the
+    clock stops training) and the --set overrides."""
+    import tomllib
+
     from podium.train.config import apply_overrides, train_config_from_dict
     from podium.train.gym import pool_toml, specialists_for
 
     folder.mkdir(parents=True, exist_ok=True)
     pool = folder / "pool.toml"
     pool.write_text(pool_toml(seed, args.mode, specialists_for(args.families)))
-    data = {**BASE, "pool": {"file": str(pool)},
-            "data": {**BASE["data"], "tasks": [{"name": "gym", "split": "train",
-                                               "options": {"families": list(args.families)}}]},
-            "output": {**BASE["output"], "dir": str(folder / "out")}}
-    return train_config_from_dict(apply_overrides(data, args.set or []), f"gym seed {seed}")
+    data = tomllib.loads(RECIPE.read_text())
+    data["data"]["tasks"] = [{"name": "gym", "options": {"families": list(args.families)}}]
+    data = apply_overrides(data, [
+        f"pool.file={pool}", "grpo.max_steps=100000", "grpo.save_steps=100000",
+        f"output.dir={folder / 'out'}", "output.transcripts_per_step=2", *(args.set or [])])
+    return train_config_from_dict(data, f"{RECIPE.name}, assignment seed {seed}")
 
 
 class HeldOut:

@@ -266,8 +266,9 @@ _RECURSION_PREFILL_V1 = (
 # format; left free, a 135M model rarely writes three valid lists from it.
 _TEMPLATE_COMPACT = """\
 Answer the question with a team of models, in at most {max_steps} steps. Each step names a \
-model, gives it a subtask, and says which earlier steps it sees ("all" or []). The last step's \
-response is the answer. Write model_id, subtasks and access_list as three lists.
+model, gives it a subtask, and says which earlier steps it sees ("all" or []); a step that \
+needs an earlier step's result must see it. The last step's response is the answer. Write \
+model_id, subtasks and access_list as three lists.
 
 {examples}Question: {question}
 

@@ -102,7 +102,7 @@ def test_read_records_formats(tmp_path):
 def test_registry_names_and_errors(tmp_path):
     assert set(TASKS) == {"gsm8k", "math500", "mmlu", "aime24", "aime25", "humaneval",
                           "bigcodebench", "bigcodebench-instruct", "livecodebench", "gpqa",
-                          "rlpr"}
+                          "rlpr", "gym"}
     for name in TASKS:
         built = get_task(name)
         assert isinstance(built, Task) and built.name == name

@@ -163,7 +163,7 @@ def test_a_grammar_held_gym_run_and_its_conductor_under_the_same_grammar(tmp_pat
                  if '"reward"' in x]
     assert logged["podium/format_error"] == 0  # the grammar holds every rollout
     card = json.loads((out / "final" / "podium-conductor.json").read_text())
-    assert card["constrained"] is True and card["run"]["max_subtask_chars"] == 24
+    assert card["constrained"] is True and card["run"]["max_subtask_chars"] == 12
     question = TASK.items("test")[1].question
     result = CliRunner().invoke(app, [
         "ask", question, "--json", "--no-cache", "--conductor", str(out / "final"),

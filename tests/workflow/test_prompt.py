@@ -156,11 +156,19 @@ def test_ood_fewshots_composition() -> None:
 
 
 def test_ood_fewshots_are_not_from_evaluated_benchmarks() -> None:
-    # podium's own examples: only the two sets exist and their questions name no benchmark
-    assert set(FEWSHOT_SETS) == {"ood", "none"}
+    # podium's own examples: only these sets exist and their questions name no benchmark
+    assert set(FEWSHOT_SETS) == {"ood", "short", "none"}
     banned = ("gsm8k", "mmlu", "aime", "gpqa", "humaneval", "bigcodebench", "livecodebench")
-    for ex in FEWSHOT_SETS["ood"]:
+    for ex in (*FEWSHOT_SETS["ood"], *FEWSHOT_SETS["short"]):
         assert not any(name in ex.question.lower() for name in banned)
+
+
+def test_the_short_set_shows_one_worker_alone_and_a_step_that_sees_the_first() -> None:
+    short = FEWSHOT_SETS["short"]
+    assert [len(ex.workflow) for ex in short] == [1, 2]
+    assert short[1].workflow.steps[1].access == "all"
+    block = format_examples("short", shown_ids=[4, 7], max_steps=2)
+    assert "model_id = [4]" in block and "model_id = [7, 4]" in block  # fitted to the pool
 
 
 def test_ood_examples_parse_back() -> None:
