@@ -15,6 +15,13 @@ app = typer.Typer(
 )
 
 
+CONDUCTOR_OPT = typer.Option(None, "--conductor", help="A trained Conductor: a podium train "
+                             "checkpoint directory, a .gguf file, or an OpenAI-compatible "
+                             "URL[#MODEL].")
+MISMATCH_OPT = typer.Option(False, "--allow-pool-mismatch", help="Run a checkpoint with a pool "
+                            "it was not trained on.")
+
+
 @app.callback()
 def _root() -> None:
     """Run a Conductor: a small LLM that writes workflows for a team of worker LLMs."""
@@ -29,11 +36,8 @@ def ask(
                                   "rounds after the first (default: the pool's run.recursion, 0)."),
     workers: str = typer.Option(None, "--workers", "-w", help="Comma-separated worker names: "
                                 "run with this sub-pool only."),
-    conductor: str = typer.Option(None, "--conductor", help="A trained Conductor: a podium "
-                                  "train checkpoint directory, a .gguf file, or an "
-                                  "OpenAI-compatible URL[#MODEL]."),
-    allow_pool_mismatch: bool = typer.Option(False, "--allow-pool-mismatch", help="Run a "
-                                             "checkpoint with a pool it was not trained on."),
+    conductor: str = CONDUCTOR_OPT,
+    allow_pool_mismatch: bool = MISMATCH_OPT,
     no_cache: bool = typer.Option(False, "--no-cache", help="Call every model afresh; don't "
                                   "read or write the response cache."),
     trace: str = typer.Option(None, "--trace", help="Write the full trace (every prompt and "
@@ -70,11 +74,8 @@ def eval_cmd(
     out: str = typer.Option(None, "--out", "-o", help="Results folder (default "
                             "runs/eval/TASK-SYSTEM); rerun with the same folder to resume."),
     pool: str = typer.Option(None, "--pool", "-p", help="Pool file (default: embedded)."),
-    conductor: str = typer.Option(None, "--conductor", help="A trained Conductor: a podium "
-                                  "train checkpoint directory, a .gguf file, or an "
-                                  "OpenAI-compatible URL[#MODEL]."),
-    allow_pool_mismatch: bool = typer.Option(False, "--allow-pool-mismatch", help="Run a "
-                                             "checkpoint with a pool it was not trained on."),
+    conductor: str = CONDUCTOR_OPT,
+    allow_pool_mismatch: bool = MISMATCH_OPT,
     split: str = typer.Option(None, "--split", help="Which split of the task (default: the "
                               "preset's, else test)."),
     preset: str = typer.Option(None, "--preset", help="paper: the reference code's test "
