@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from podium.cli import output
 from podium.errors import ConfigError, PodiumError
+from podium.files import private_dir, write_private
 
 
 def _settings(pool, recursion: int | None, no_cache: bool):
@@ -53,6 +56,8 @@ def run_ask(question: str, *, pool: str | None, recursion: int | None,
         if not question.strip():
             raise ConfigError("The question is empty. Pass the question as text, e.g. "
                               "podium ask \"What is 17 * 3?\".")
+        if trace:
+            check_trace_path(trace)
         _, result = asyncio.run(_ask(question, pool, recursion, workers, no_cache, show,
                                      conductor, allow_pool_mismatch))
     except PodiumError as exc:
@@ -70,15 +75,40 @@ def run_ask(question: str, *, pool: str | None, recursion: int | None,
         output.error(err, exc, unexpected=True)
         return 1
     data = result.to_json()
+    trace_failed = None
     if trace:
-        Path(trace).parent.mkdir(parents=True, exist_ok=True)
-        Path(trace).write_text(json.dumps(data, indent=2, ensure_ascii=False), "utf-8")
+        try:
+            write_private(trace, json.dumps(data, indent=2, ensure_ascii=False))
+        except OSError as exc:  # a full disk, a path changed under the run: keep the answer
+            trace_failed, trace = f"{exc.strerror or exc} ({trace})", None
     if json_out:
         sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
     else:
         show.summary(result, trace)
+    if trace_failed:
+        err.print(f"[bold red]The trace could not be written:[/] {escape(trace_failed)}. The "
+                  "answer above stands; free space or pick another --trace path and ask again "
+                  "(the response cache makes the rerun free).", soft_wrap=True)
     if result.answer is None:
         if not json_out:
             output.no_answer(err, result)
         return 1
-    return 0
+    return 1 if trace_failed else 0
+
+
+def check_trace_path(trace: str) -> None:
+    """Refuse a --trace path that cannot be written before any model call is paid."""
+    path = Path(trace)
+    fix = "Pass a file path in a folder you can write, e.g. --trace runs/trace.json."
+    if path.is_dir():
+        raise ConfigError(f"--trace {trace} is a folder. {fix}")
+    try:
+        private_dir(path.parent)
+    except OSError as exc:
+        raise ConfigError(f"--trace {trace}: its folder cannot be created "
+                          f"({exc.strerror or exc}). {fix}") from None
+    if not path.parent.is_dir():
+        raise ConfigError(f"--trace {trace}: {path.parent} is not a folder. {fix}")
+    target = path if path.exists() else path.parent
+    if not os.access(target, os.W_OK):
+        raise ConfigError(f"--trace {trace}: {target} is not writable. {fix}")

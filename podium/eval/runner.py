@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from podium.baselines import System
+from podium.files import private_dir, write_private
 from podium.outcome import INTERNAL, Failure, grade_outcome
 from podium.pipeline import RunResult
 from podium.tasks.base import Item, Task
@@ -114,7 +115,7 @@ async def _one(task: Task, system: System, item: Item, repeat: int,
     result = replace(result, outcome=await grade_outcome(result.outcome, task, item))
     if traces is not None:
         name = f"{item.id}-{repeat}.json".replace("/", "_")
-        (traces / name).write_text(json.dumps(result.to_json(), ensure_ascii=False), "utf-8")
+        write_private(traces / name, json.dumps(result.to_json(), ensure_ascii=False))
     return {**base, **run_record(result)}
 
 
@@ -135,7 +136,7 @@ async def evaluate(
             or (config.retry_errors and done[(item.id, r)]["status"] == "error")]
     traces = out / "traces" if config.save_traces else None
     if traces is not None:
-        traces.mkdir(parents=True, exist_ok=True)
+        private_dir(traces)
     writer = ResultWriter(path)
     gate = asyncio.Semaphore(config.concurrency)
 

@@ -6,7 +6,8 @@ base_url, api_key_env, name, price, description, timeouts, retries and concurren
 moved to another endpoint or renamed keeps its cache. Workers with the same model and sampling
 settings share entries (same request, same answer distribution); `sample_id` keeps the G
 samples of one question apart. Only the sha256 of the key material and the response are
-stored, so no URL or secret can be in the file.
+stored, so no URL or secret can be in the file; it is created owner-only (0600, in a 0700
+folder when podium creates it), since it holds full prompts and replies.
 
 Writers: one SQLite file is shared by many tasks, threads and processes (WAL journal, a 30 s
 busy timeout, one connection per thread, a retry loop on "database is locked"). The first
@@ -29,6 +30,7 @@ from typing import Any
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError
+from podium.files import private_file
 from podium.llm.base import ChatClient, ChatResponse, ClientWrapper, Message
 
 log = logging.getLogger(__name__)
@@ -78,7 +80,7 @@ class ResponseCache:
         fix = (f"Delete {self.path} (it only holds cached replies), set another cache_path "
                "under [run] in the pool file, or run with --no-cache.")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_file(self.path)  # 0600: it holds full prompts and replies (podium.files)
             self._retry(self._setup)
         except (OSError, sqlite3.DatabaseError) as e:
             self.close()
