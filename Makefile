@@ -25,7 +25,7 @@ gym: venv
 	$(PY) -m podium.train.gym questions --families "$(GYM_FAMILIES)" --n 3 | while read -r q; do \
 		$(VENV)/bin/podium ask "$$q" --conductor runs/train/gym-cpu/final \
 			--pool configs/pools/gym-small.toml --no-cache; done
-	$(VENV)/bin/podium eval --task gym --option 'families=["arithmetic","reverse","count>arithmetic"]' \
+	$(VENV)/bin/podium eval --task gym --task-option 'families=["arithmetic","reverse","count>arithmetic"]' \
 		--conductor runs/train/gym-cpu/final --pool configs/pools/gym-small.toml --n 30 \
 		--repeats 1 --no-cache --out runs/eval/gym-cpu
 

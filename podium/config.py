@@ -328,4 +328,7 @@ def load_pool(path: str | Path | None = None) -> Pool:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"Pool file {p} is not valid TOML: {e}. Fix the syntax at that line.") \
             from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"Pool file {p} is not UTF-8 text (byte {e.start}: {e.reason}). TOML "
+                          "files must be UTF-8: save it as UTF-8.") from None
     return pool_from_dict(data, source=str(p))

@@ -300,3 +300,9 @@ def _check_question(question: str) -> None:
     if not question or not question.strip():
         raise ConfigError("The question is empty. Pass the question as text, e.g. "
                           "podium ask \"What is 17 * 3?\".")
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError as exc:  # undecodable bytes from argv or a file (surrogates)
+        raise ConfigError(f"The question holds bytes that are not UTF-8 text (character "
+                          f"{exc.start}). Pass UTF-8 text: check the file's encoding, or the "
+                          "terminal's locale (e.g. LANG=C.UTF-8).") from None

@@ -158,3 +158,32 @@ def no_answer(console: Console, result) -> None:
         "infra": "This is a podium or environment failure; rerun with --debug and report it.",
     }.get(cause.cls if cause else "", "Try again, or look at the workflow with --verbose.")
     console.print(f"[bold red]No answer:[/] {escape(why)}. {fix}", soft_wrap=True)
+
+
+def tasks_table() -> Table:
+    """Every task `podium eval --task` takes, with its options and their defaults."""
+    import dataclasses
+    import inspect
+
+    from podium.tasks import TASKS, task_options
+    from podium.tasks.generic import GenericTask
+
+    def shown(options: dict) -> str:
+        parts = []
+        for key, default in options.items():
+            if default is inspect.Parameter.empty or default is dataclasses.MISSING:
+                parts.append(f"{key} (required)")
+            else:
+                parts.append(f"{key}={default!r}")
+        return ", ".join(parts) or "-"
+
+    table = Table(title="Tasks (set an option with --task-option KEY=VALUE)",
+                  title_justify="left")
+    table.add_column("task")
+    table.add_column("options (default)", overflow="fold")
+    for name in TASKS:
+        table.add_row(name, escape(shown(task_options(name))))
+    generic = {p.name: p.default for p in inspect.signature(GenericTask).parameters.values()
+               if p.name != "path"}
+    table.add_row("jsonl:FILE, json:FILE, csv:FILE", escape(shown(generic)))
+    return table

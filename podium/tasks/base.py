@@ -44,15 +44,29 @@ class Task(Protocol):
 
 def data_dir(explicit: str | Path | None = None) -> Path:
     """Where benchmark files live: the explicit path, else $PODIUM_DATA_DIR, else
-    ../shared/data from the working directory or from the podium checkout."""
-    candidates: Sequence[Path | None] = (
-        Path(explicit) if explicit else None,
-        Path(os.environ["PODIUM_DATA_DIR"]) if os.environ.get("PODIUM_DATA_DIR") else None,
+    ../shared/data from the working directory or from the podium checkout. A path given
+    explicitly (argument or environment) must exist: scoring other data than was asked for
+    would be a silent wrong result."""
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_dir():
+            raise ConfigError(f"--data-dir {explicit}: no such folder. Give the folder that holds "
+                              "the benchmark files (see ../shared/data/README.md), or leave "
+                              "--data-dir out to use $PODIUM_DATA_DIR or ../shared/data.")
+        return path
+    env = os.environ.get("PODIUM_DATA_DIR")
+    if env:
+        if not Path(env).expanduser().is_dir():
+            raise ConfigError(f"PODIUM_DATA_DIR={env}: no such folder. Point it at the folder "
+                              "that holds the benchmark files, or unset it to use "
+                              "../shared/data.")
+        return Path(env).expanduser()
+    candidates: Sequence[Path] = (
         Path.cwd().parent / "shared" / "data",
         Path(__file__).resolve().parents[2].parent / "shared" / "data",
     )
     for path in candidates:
-        if path is not None and path.is_dir():
+        if path.is_dir():
             return path
     raise ConfigError("No benchmark data directory found. Pass --data-dir DIR, set "
                       "PODIUM_DATA_DIR, or put the data in ../shared/data.")

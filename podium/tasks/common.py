@@ -91,8 +91,17 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     stem = name[:-3] if name.endswith(".gz") else name
     try:
         if stem.endswith((".jsonl", ".ndjson")):
+            rows = []
             with _open_text(path) as fh:
-                rows = [json.loads(line) for line in fh if line.strip()]
+                for number, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as exc:
+                        raise ConfigError(f"{path} line {number}: not valid JSON ({exc.msg}, "
+                                          f"column {exc.colno}). Fix or delete that line.") \
+                            from None
         elif stem.endswith(".json"):
             with _open_text(path) as fh:
                 data = json.load(fh)
@@ -116,6 +125,9 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
                               ".csv or .parquet")
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}). Save it "
+                          "as UTF-8, e.g. `iconv -f latin1 -t utf-8`.") from None
     bad = next((i for i, row in enumerate(rows) if not isinstance(row, dict)), None)
     if bad is not None:
         raise ConfigError(f"{path}: record {bad} is not an object")

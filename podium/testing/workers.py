@@ -1,7 +1,8 @@
 """Exact function workers for tests and small training runs (`backend = "function"`).
 
 `adder` solves "What is A + B?" (the overall task's first such question) and answers in
-`<answer>` tags; `zero` always answers 0, in the same shape; `down` fails like an unreachable endpoint.
+`<answer>` tags; `zero` always answers 0, in the same shape; `down` fails like an unreachable
+endpoint; `one_step` is a Conductor that sends every question to worker 0 alone.
 Together they make a pool in which the worker choice decides the reward.
 """
 
@@ -34,3 +35,8 @@ def down(messages: list[dict]) -> str:
     from podium.errors import WorkerError
 
     raise WorkerError("down", "transport", "could not reach the endpoint (a test outage)")
+
+
+def one_step(messages: list[dict]) -> str:
+    """A Conductor that always sends the question to worker 0 alone."""
+    return 'model_id = [0]\nsubtasks = ["Answer the question."]\naccess_list = [[]]'

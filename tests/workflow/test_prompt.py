@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import re
 
 import pytest
@@ -172,9 +171,7 @@ def test_the_short_set_shows_one_worker_alone_and_a_step_that_sees_the_first() -
 
 
 def test_ood_examples_parse_back() -> None:
-    if importlib.util.find_spec("podium.workflow.parse") is None:
-        pytest.skip("podium.workflow.parse is not written yet")
-    parse = pytest.importorskip("podium.workflow.parse")
+    from podium.workflow import parse
     for ex in FEWSHOT_SETS["ood"]:
         text = f"{ex.plan}\n{ex.workflow.to_text()}"
         result = parse.parse_workflow(text, num_workers=7, max_steps=5)
