@@ -85,9 +85,10 @@ def eval_cmd(
                                  "$PODIUM_DATA_DIR or ../shared/data)."),
     path: str = typer.Option(None, "--path", help="The task's data file, where it takes one "
                              "(livecodebench, gpqa, rlpr)."),
-    task_option: list[str] = typer.Option(None, "--option", help="A task option, KEY=VALUE "
-                                          "(the value read as TOML), e.g. --option "
-                                          "grading=legacy (repeatable)."),
+    task_option: list[str] = typer.Option(None, "--task-option", "--option", help="A task "
+                                          "option, KEY=VALUE (the value read as TOML), e.g. "
+                                          "--task-option grading=legacy (repeatable; `podium "
+                                          "tasks` lists each task's options)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Don't use the response cache."),
     fallback: bool = typer.Option(False, "--fallback", help="Answer with one worker when the "
                                   "Conductor's output does not parse (default: score it as a "
@@ -123,6 +124,20 @@ def report_cmd(
     from podium.cli.eval import run_report
 
     raise typer.Exit(_guard(lambda: run_report(folders, out), debug))
+
+
+@app.command("tasks")
+def tasks_cmd(debug: bool = typer.Option(False, "--debug", help="Show tracebacks.")) -> None:
+    """List the tasks `podium eval --task` takes, with the options each accepts."""
+    from podium.cli.output import tasks_table
+
+    def run() -> int:
+        from rich.console import Console
+
+        Console().print(tasks_table())
+        return 0
+
+    raise typer.Exit(_guard(run, debug))
 
 
 @app.command("train")
@@ -186,8 +201,8 @@ def _task_options(items: list[str]) -> dict:
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
-            raise typer.BadParameter(f"--option {item!r}: write KEY=VALUE, e.g. "
-                                     "--option grading=legacy")
+            raise typer.BadParameter(f"--task-option {item!r}: write KEY=VALUE, e.g. "
+                                     "--task-option grading=legacy")
         try:
             out[key.strip()] = tomllib.loads(f"v = {text}")["v"]
         except tomllib.TOMLDecodeError:
