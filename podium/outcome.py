@@ -197,7 +197,7 @@ class Outcome:
         if self.grade is not None:
             g = self.grade
             data["grade"] = {"correct": g.correct, "score": g.score, "extracted": g.extracted,
-                             "reason": g.reason}
+                             "reason": g.reason, "details": g.details}
         return data
 
 

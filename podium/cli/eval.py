@@ -107,11 +107,16 @@ async def _run(args: dict, console: Console) -> dict:
         update["cache"] = False
     settings = pool.run.model_copy(update=update)
     out = Path(args["out"])
+    from podium.scoring.sandbox import require_isolation
+
+    # model-written code runs only fully isolated, or with --allow-unisolated (then recorded)
+    isolation = require_isolation(task, allow_unisolated=args.get("allow_unisolated", False))
     _check_meta(out, {"task": task.name, "system": args["system"], "split": split,
                       "seed": args["seed"], "preset": args["preset"], "n": len(items),
                       "conductor": args.get("conductor"),
                       "repeats": args["repeats"], "pool": pool.source,
-                      "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+                      "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                      "isolation": isolation})
     config = EvalConfig(args["repeats"], args["concurrency"], args["retry_errors"],
                         args["traces"])
     stats = {"done": 0, "correct": 0, "graded": 0, "errors": 0, "cost": 0.0}

@@ -96,6 +96,10 @@ def eval_cmd(
     retry_errors: bool = typer.Option(False, "--retry-errors", help="Rerun items recorded "
                                       "as errors."),
     traces: bool = typer.Option(False, "--traces", help="Also save every item's full trace."),
+    allow_unisolated: bool = typer.Option(False, "--allow-unisolated", help="Grade a code task "
+                                          "even where the sandbox cannot isolate the code fully "
+                                          "(no unshare, no seccomp); meta.json records what was "
+                                          "missing."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Evaluate a system on a task: resumable results, accuracy ± s.e., cost, workflow stats."""
@@ -110,7 +114,8 @@ def eval_cmd(
                                    conductor=conductor, allow_pool_mismatch=allow_pool_mismatch,
                                    no_cache=no_cache,
                                    fallback=fallback,
-                                   retry_errors=retry_errors, traces=traces), debug)
+                                   retry_errors=retry_errors, traces=traces,
+                                   allow_unisolated=allow_unisolated), debug)
     raise typer.Exit(code)
 
 

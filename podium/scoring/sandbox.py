@@ -32,6 +32,16 @@ How a run is built, strongest layer first; `SandboxResult.isolation` names what 
   (`hide:/root`) with only the interpreter's directories bound back: the rest of it (credentials
   and all) is hidden too. As a non-root user there is no other uid to drop to: the code runs as
   the caller (as mapped root in its user namespace, powerless outside it).
+* **No new namespaces** (`no_new_privs`, `seccomp`): every run gets `no_new_privs` (setuid
+  binaries gain nothing) and a seccomp filter, a classic-BPF program built here with ctypes for
+  x86_64 and aarch64 (`_seccomp_filter`): `unshare` with a namespace flag, `setns`, and `clone`
+  with any CLONE_NEW* flag fail with EPERM, and `clone3` with ENOSYS (its flags are in memory,
+  out of a filter's reach; libc then falls back to `clone`, so threads, fork and subprocesses
+  work). Without it the code could make a user namespace of its own and, as root in it, mount
+  and unshare at will. A syscall of another ABI (32-bit `int 0x80`, x32) is refused or kills
+  the process: its numbers would dodge the filter. Whether the filter installs and holds is
+  probed once, in a throw-away process; where it does not, runs go on without it and
+  `isolation_problems()` says so.
 * **rlimits** (`rlimits`, `nproc`): RLIMIT_CPU (cpu_s; SIGXCPU, then SIGKILL a second later),
   RLIMIT_AS (memory_mb), RLIMIT_FSIZE (file_mb; Python then gets `OSError: File too large`),
   RLIMIT_CORE=0, and RLIMIT_NPROC (processes, threads included) only when the run has its own uid:
@@ -68,7 +78,11 @@ A run is classified as
 Without `unshare` (or where namespaces are forbidden) the run still gets a private directory, the
 scrubbed environment, rlimits and, as root, its own uid when the interpreter is reachable for it;
 leftover processes of that uid are then killed after the run. What is lost is reported by the
-missing `isolation` entries; `isolation_available()` says what this machine offers.
+missing `isolation` entries; `isolation_available()` says what this machine offers, and
+`isolation_problems()` / `isolation_level()` what is missing ("full" when nothing is).
+`require_isolation(task)` is what `podium eval` calls for a task that runs code
+(`uses_sandbox`): it refuses anything short of "full" with a ConfigError unless
+`--allow-unisolated` is given, and the level goes into the run's meta.json.
 """
 
 from __future__ import annotations
@@ -94,6 +108,18 @@ _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "bad_alloc", "out of
 # mount(2) flags
 _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC = 2, 4, 4096, 16384
 _PR_SET_NO_NEW_PRIVS = 38
+
+# seccomp: the code may not make or join namespaces (see `_seccomp_filter`)
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_SYSCALLS = {"x86_64": {"clone": 56, "unshare": 272, "setns": 308, "clone3": 435},
+             "aarch64": {"clone": 220, "unshare": 97, "setns": 268, "clone3": 435}}
+_X32_SYSCALL_BIT = 0x40000000  # x86_64's x32 ABI: same audit arch, numbers offset by this
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET (CLONE_NEWTIME, 0x80, is
+# CSIGNAL's bits in clone(2): it only exists for unshare(2) and clone3(2))
+_CLONE_NAMESPACES = 0x7E020000
+_UNSHARE_HARMLESS = 0x00040600  # CLONE_FS | CLONE_FILES | CLONE_SYSVSEM: no new namespace
+_EPERM, _ENOSYS = 1, 38
 
 
 @dataclass(frozen=True)
@@ -138,6 +164,7 @@ class _Plan:
     hide: tuple[tuple[str, tuple[str, ...]], ...]  # (blocking dir, interpreter dirs bound back)
     problems: tuple[str, ...]  # why something is unavailable
     tmp_keep: tuple[str, ...] = ()  # interpreter dirs under /tmp, bound into the private /tmp
+    seccomp: bool = False  # the code runs under the namespace filter (`_seccomp_filter`)
 
 
 def _base_env(workdir: str) -> dict[str, str]:
@@ -214,6 +241,23 @@ def _probe_unshare(argv: list[str]) -> str | None:
     return None if proc.returncode == 0 else (proc.stderr.strip() or f"rc={proc.returncode}")
 
 
+def _probe_seccomp() -> str | None:
+    """None when the namespace filter installs and holds here (checked in a throw-away
+    process: a filter cannot be removed), else why not."""
+    import subprocess
+
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-S", os.path.abspath(__file__),
+                               json.dumps({"mode": "seccomp-probe"})], capture_output=True,
+                              text=True, timeout=60, env={"PATH": SANDBOX_PATH}, cwd="/")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"seccomp probe failed: {exc}"
+    if proc.returncode == 0:
+        return None
+    return (proc.stdout.strip() or proc.stderr.strip()[-300:]
+            or f"seccomp probe exited with {proc.returncode}")
+
+
 def _compute_plan() -> _Plan:
     problems: list[str] = []
     root = os.geteuid() == 0
@@ -251,8 +295,11 @@ def _compute_plan() -> _Plan:
             problems.append(f"the interpreter is under {hide[0][0]}, which other users cannot "
                             "enter, and there is no mount namespace to bind it: runs stay root")
             hide = ()
+    seccomp_error = _probe_seccomp()
+    if seccomp_error is not None:
+        problems.append(f"{seccomp_error}: the code could make its own namespaces")
     return _Plan(root, unshare, userns, drop_user, hide if unshare else (), tuple(problems),
-                 tuple(tmp_keep))
+                 tuple(tmp_keep), seccomp=seccomp_error is None)
 
 
 _PLAN: _Plan | None = None
@@ -271,12 +318,48 @@ def isolation_available() -> dict[str, bool]:
     ns = plan.unshare is not None
     return {"root": plan.root, "netns": ns, "pidns": ns, "mountns": ns, "private_tmp": ns,
             "userns": plan.userns, "drop_user": plan.drop_user, "nproc": plan.drop_user,
-            "rlimits": True, "env": True, "tmpdir": True}
+            "seccomp": plan.seccomp, "rlimits": True, "env": True, "tmpdir": True}
 
 
 def isolation_problems() -> tuple[str, ...]:
-    """Why something in `isolation_available()` is False (empty when nothing is missing)."""
+    """Why something in `isolation_available()` is False, or the namespace filter (seccomp) is
+    missing (empty when nothing is missing)."""
     return _plan().problems
+
+
+def isolation_level() -> str | list[str]:
+    """"full" when every layer in the module docstring is in place on this machine, else the
+    list of what is missing (`isolation_problems()`): what `podium eval` records in meta.json."""
+    problems = isolation_problems()
+    return list(problems) if problems else "full"
+
+
+def uses_sandbox(task) -> bool:
+    """Whether a task's grader runs model-written code in this sandbox: a task says so with a
+    `sandboxed` attribute, else a task that takes sandbox `limits` (humaneval, bigcodebench,
+    livecodebench) is taken to run code."""
+    flag = getattr(task, "sandboxed", None)
+    return bool(flag) if flag is not None else hasattr(task, "limits")
+
+
+def require_isolation(task, *, allow_unisolated: bool = False) -> str | list[str] | None:
+    """The isolation level grading `task` runs under (`isolation_level()`; None for a task that
+    runs no code). Raises ConfigError when the level is not "full", unless `allow_unisolated`:
+    model-written code must not run with the host's network, processes or files by accident."""
+    if not uses_sandbox(task):
+        return None
+    level = isolation_level()
+    if level == "full" or allow_unisolated:
+        return level
+    from podium.errors import ConfigError
+
+    name = getattr(task, "name", "") or type(task).__name__
+    raise ConfigError(
+        f"{name} runs model-written code, and this machine cannot isolate it fully: "
+        + "; ".join(level) + ". Fix that (install util-linux for `unshare`; as a non-root user, "
+        "allow unprivileged user namespaces, e.g. sysctl kernel.unprivileged_userns_clone=1 or "
+        "kernel.apparmor_restrict_unprivileged_userns=0; a kernel with seccomp filters), or pass "
+        "--allow-unisolated to run it with what is there (meta.json records what was missing).")
 
 
 # --------------------------------------------------------------------------------------------
@@ -506,6 +589,7 @@ async def _run(plan: _Plan, code: str, stdin: str, limits: Limits,
                             if private else None),
             "hide": [[b, list(t)] for b, t in plan.hide] if uid is not None else [],
             "rlimits": _rlimits(limits, nproc=uid is not None),
+            "seccomp": plan.seccomp,
             "argv": [sys.executable, "-s", "main.py"],
             "env": _base_env(workdir),
         }
@@ -610,6 +694,116 @@ def _mount(libc, source: str | None, target: str, fstype: str | None, flags: int
         raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
 
 
+def _seccomp_filter(machine: str) -> list[tuple[int, int, int, int]]:
+    """The classic-BPF seccomp program the code runs under, as (code, jt, jf, k) instructions.
+
+    It checks the audit architecture first (a syscall of another ABI, such as 32-bit `int 0x80`
+    on x86_64, kills the process: its numbers mean other calls), refuses x32 syscalls, then:
+
+    * clone3 -> ENOSYS: its flags live in memory, where a filter cannot read them; libc then
+      falls back to clone, whose flags are a register (threads and fork keep working);
+    * clone with any CLONE_NEW* flag, setns, and unshare with anything but CLONE_FS,
+      CLONE_FILES and CLONE_SYSVSEM -> EPERM;
+    * everything else is allowed.
+    """
+    if machine not in _AUDIT_ARCH:
+        raise OSError(f"no seccomp filter for this machine ({machine}): only for "
+                      f"{', '.join(sorted(_AUDIT_ARCH))}")
+    nr = _SYSCALLS[machine]
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, ...
+    allow, errno, kill = 0x7FFF0000, 0x00050000, 0x80000000  # SECCOMP_RET_*; kill the process
+    # seccomp_data: int nr at 0, u32 arch at 4, u64 args[6] from 16 (both arches little-endian)
+    arch_at, nr_at, arg0_lo, arg0_hi = 4, 0, 16, 20
+    # (code, k, jump-if-true label, jump-if-false label); None: the next instruction
+    asm: list = [
+        (ld, arch_at), (jeq, _AUDIT_ARCH[machine], None, "kill"),
+        (ld, nr_at),
+        *([(jge, _X32_SYSCALL_BIT, "eperm", None)] if machine == "x86_64" else []),
+        (jeq, nr["clone3"], "enosys", None),
+        (jeq, nr["setns"], "eperm", None),
+        (jeq, nr["unshare"], "unshare", None),
+        (jeq, nr["clone"], "clone", None),
+        (ret, allow),
+        "unshare", (ld, arg0_hi), (jeq, 0, None, "eperm"),
+        (ld, arg0_lo), (jset, ~_UNSHARE_HARMLESS & 0xFFFFFFFF, "eperm", None), (ret, allow),
+        "clone", (ld, arg0_lo), (jset, _CLONE_NAMESPACES, "eperm", None), (ret, allow),
+        "eperm", (ret, errno | _EPERM),
+        "enosys", (ret, errno | _ENOSYS),
+        "kill", (ret, kill),
+    ]
+    labels: dict[str, int] = {}
+    code: list[tuple] = []
+    for entry in asm:
+        if isinstance(entry, str):
+            labels[entry] = len(code)
+        else:
+            code.append(entry)
+
+    def offset(label: str | None, at: int) -> int:
+        return 0 if label is None else labels[label] - at - 1
+
+    out = []
+    for at, (op, k, *jumps) in enumerate(code):
+        jt, jf = (offset(j, at) for j in jumps) if jumps else (0, 0)
+        out.append((op, jt, jf, k))
+    return out
+
+
+def _install_seccomp(libc, machine: str) -> None:
+    """Load `_seccomp_filter` for this process and every child (needs no_new_privs first)."""
+    import ctypes
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                    ("k", ctypes.c_uint32)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    program = _seccomp_filter(machine)
+    filters = (SockFilter * len(program))(*[SockFilter(*ins) for ins in program])
+    fprog = SockFprog(len(program), filters)
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_SECCOMP) failed: {os.strerror(err)}")
+
+
+def _set_no_new_privs(libc) -> None:
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
+
+
+def _seccomp_probe() -> int:
+    """`sandbox.py '{"mode": "seccomp-probe"}'`: install the filter in this process and check
+    that it holds (namespaces refused) without breaking threads or fork. Prints what failed."""
+    import ctypes
+    import threading
+
+    libc = _libc()
+    try:
+        _set_no_new_privs(libc)
+        _install_seccomp(libc, os.uname().machine)
+    except OSError as exc:
+        print(f"seccomp filter could not be installed: {exc}")
+        return 1
+    libc.unshare.argtypes = [ctypes.c_int]
+    if libc.unshare(0x10000000 | 0x00020000) == 0 or ctypes.get_errno() != _EPERM:
+        print("seccomp filter installed but unshare(CLONE_NEWUSER|CLONE_NEWNS) was not refused")
+        return 1
+    seen: list[int] = []
+    thread = threading.Thread(target=seen.append, args=(1,))
+    thread.start()
+    thread.join()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    _, status = os.waitpid(pid, 0)
+    if seen != [1] or os.waitstatus_to_exitcode(status) != 7:
+        print("seccomp filter breaks threads or fork")
+        return 1
+    return 0
+
+
 def _launcher_setup(cfg: dict, applied: list[str]) -> None:
     """Mount the private /tmp and hide what must be hidden (only in a mount namespace)."""
     uid, gid = cfg["uid"], cfg["gid"]
@@ -679,8 +873,10 @@ def _launcher_child(cfg: dict) -> None:
         os.setgroups([])
         os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
         os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
-    if _libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
+    libc = _libc()
+    _set_no_new_privs(libc)
+    if cfg.get("seccomp"):
+        _install_seccomp(libc, os.uname().machine)
     os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
 
 
@@ -752,6 +948,8 @@ def _launcher_main(argv: list[str]) -> int:
             except ProcessLookupError:
                 break
         return 0
+    if cfg.get("mode") == "seccomp-probe":
+        return _seccomp_probe()
     fd = cfg["status_fd"]
     os.umask(0o022)
     applied: list[str] = []
@@ -760,7 +958,10 @@ def _launcher_main(argv: list[str]) -> int:
         if cfg["private_tmp"]:
             _launcher_setup(cfg, applied)
         if cfg["uid"] is not None:
-            applied += [f"user:{cfg['uid']}", "no_new_privs"]
+            applied += [f"user:{cfg['uid']}"]
+        applied.append("no_new_privs")  # set for every run (it must precede seccomp)
+        if cfg.get("seccomp"):
+            applied.append("seccomp")
         applied.append("rlimits")
         if any(name == "RLIMIT_NPROC" for name, _, _ in cfg["rlimits"]):
             applied.append("nproc")
