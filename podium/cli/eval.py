@@ -1,4 +1,9 @@
-"""`podium eval` and `podium report`."""
+"""`podium eval` and `podium report`.
+
+`podium eval` locks its --out folder for the whole run, refuses to resume it with other
+settings, and repairs a damaged results file before it appends (podium.eval.folder,
+podium.eval.runner); `podium report` only reads, and reports lines that are not records.
+"""
 
 from __future__ import annotations
 
@@ -13,25 +18,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from podium.errors import ConfigError
-
-
-def _check_meta(out: Path, meta: dict) -> None:
-    from podium.eval.runner import RECORD_FORMAT
-
-    path = out / "meta.json"
-    if path.exists():
-        old = json.loads(path.read_text("utf-8"))
-        if old.get("format") != RECORD_FORMAT:
-            raise ConfigError(f"{out} holds results written by an older podium, which cannot be "
-                              "resumed. Use another --out folder.")
-        for key in ("task", "system", "split", "seed", "preset"):
-            if old.get(key) != meta.get(key):
-                raise ConfigError(
-                    f"{out} already holds results for {key} = {old.get(key)!r}, not "
-                    f"{meta.get(key)!r}. Use another --out folder, or the same settings to resume."
-                )
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**meta, "format": RECORD_FORMAT}, indent=2), "utf-8")
 
 
 def _acc(acc: float | None, se: float | None) -> str:
@@ -81,11 +67,8 @@ def _f(value, fmt: str, prefix: str = "", suffix: str = "") -> str:
 
 
 async def _run(args: dict, console: Console) -> dict:
-    from podium.baselines import build_system
     from podium.config import load_pool
-    from podium.eval.runner import EvalConfig, evaluate, read_results
-    from podium.eval.summary import summarize
-    from podium.pipeline import Pipeline
+    from podium.eval.folder import FolderLock, prepare_folder
     from podium.tasks import get_task, preset_for
 
     preset_split, preset_options = preset_for(args["preset"], args["task"])
@@ -106,50 +89,86 @@ async def _run(args: dict, console: Console) -> dict:
     if args["no_cache"]:
         update["cache"] = False
     settings = pool.run.model_copy(update=update)
-    out = Path(args["out"])
-    from podium.scoring.sandbox import require_isolation
-
-    # model-written code runs only fully isolated, or with --allow-unisolated (then recorded)
-    isolation = require_isolation(task, allow_unisolated=args.get("allow_unisolated", False))
-    _check_meta(out, {"task": task.name, "system": args["system"], "split": split,
-                      "seed": args["seed"], "preset": args["preset"], "n": len(items),
-                      "conductor": args.get("conductor"),
-                      "repeats": args["repeats"], "pool": pool.source,
-                      "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                      "isolation": isolation})
-    config = EvalConfig(args["repeats"], args["concurrency"], args["retry_errors"],
-                        args["traces"])
-    stats = {"done": 0, "correct": 0, "graded": 0, "errors": 0, "cost": 0.0}
-    total = len(items) * args["repeats"]
     try:
-        async with Pipeline(pool, settings=settings) as pipe:
-            system = build_system(args["system"], pipe)
-            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
-                          console=console) as progress:
-                bar = progress.add_task(f"{task.name} · {args['system']}", total=total,
-                                        status="")
-
-                def on_record(rec: dict) -> None:
-                    stats["done"] += 1
-                    stats["graded"] += rec["status"] == "ok"
-                    stats["errors"] += rec["status"] == "error"
-                    stats["correct"] += bool(rec.get("correct"))
-                    stats["cost"] += (rec.get("paid") or {}).get("cost_usd") or 0.0
-                    acc = (f"{stats['correct'] / stats['graded']:.1%}" if stats["graded"]
-                           else "-")
-                    errors = f" · {stats['errors']} errors" if stats["errors"] else ""
-                    progress.update(bar, advance=1, status=f"acc {acc}{errors} · "
-                                    f"${stats['cost']:.4f} paid")
-
-                already = len([k for k in read_results(out / "results.jsonl")
-                               if k[1] < args["repeats"]])
-                progress.update(bar, completed=min(already, total))
-                records = await evaluate(task, system, items, out, config, on_record=on_record)
+        out = prepare_folder(Path(args["out"]))
+        with FolderLock(out):  # held until the summary is written: a second run is refused
+            return await _run_locked(args, console, task, items, pool, settings, split, out,
+                                     {**preset_options, **args["task_options"]})
     finally:
         close = getattr(task, "close", None)
         if close:
             close()
+
+
+async def _run_locked(args: dict, console: Console, task, items: list, pool, settings,
+                      split: str, out: Path, task_options: dict) -> dict:
+    from podium.baselines import build_system
+    from podium.eval.folder import check_meta, fingerprint
+    from podium.eval.runner import (
+        RECORD_FORMAT,
+        RESULTS,
+        EvalConfig,
+        evaluate,
+        load_results,
+        read_results,
+        repair_results,
+    )
+    from podium.eval.summary import summarize
+    from podium.pipeline import Pipeline
+
+    err = Console(stderr=True)
+
+    def warn(text: str) -> None:
+        err.print(f"[yellow]warning:[/] {escape(text)}", soft_wrap=True)
+
+    path = out / RESULTS
+    from podium.scoring.sandbox import require_isolation
+
+    # model-written code runs only fully isolated, or with --allow-unisolated (then recorded)
+    isolation = require_isolation(task, allow_unisolated=args.get("allow_unisolated", False))
+    meta = {"task": task.name, "system": args["system"], "split": split, "seed": args["seed"],
+            "preset": args["preset"], "n": len(items), "conductor": args.get("conductor"),
+            "repeats": args["repeats"], "pool": pool.source,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "fingerprint": fingerprint(pool, settings, task_options,
+                                       conductor=args.get("conductor"), preset=args["preset"]),
+            "isolation": isolation}
+    # settings are checked before the results file is touched: a refused resume changes nothing
+    check_meta(out, meta, records=list(load_results(path).records.values()),
+               retry_errors=args["retry_errors"], record_format=RECORD_FORMAT, warn=warn)
+    found, kept = repair_results(path)
+    for line in found.warnings(path, "it will be rerun"):
+        warn(line)
+    if kept is not None:
+        warn(f"the file as it was is kept at {kept}; {path} now holds its good lines only.")
+    config = EvalConfig(args["repeats"], args["concurrency"], args["retry_errors"],
+                        args["traces"])
+    stats = {"done": 0, "correct": 0, "graded": 0, "errors": 0, "cost": 0.0}
+    total = len(items) * args["repeats"]
+    async with Pipeline(pool, settings=settings) as pipe:
+        system = build_system(args["system"], pipe)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                      console=console) as progress:
+            bar = progress.add_task(f"{task.name} · {args['system']}", total=total,
+                                    status="")
+
+            def on_record(rec: dict) -> None:
+                stats["done"] += 1
+                stats["graded"] += rec["status"] == "ok"
+                stats["errors"] += rec["status"] == "error"
+                stats["correct"] += bool(rec.get("correct"))
+                stats["cost"] += (rec.get("paid") or {}).get("cost_usd") or 0.0
+                acc = (f"{stats['correct'] / stats['graded']:.1%}" if stats["graded"]
+                       else "-")
+                errors = f" · {stats['errors']} errors" if stats["errors"] else ""
+                progress.update(bar, advance=1, status=f"acc {acc}{errors} · "
+                                f"${stats['cost']:.4f} paid")
+
+            already = len([k for k in read_results(out / "results.jsonl")
+                           if k[1] < args["repeats"]])
+            progress.update(bar, completed=min(already, total))
+            records = await evaluate(task, system, items, out, config, on_record=on_record)
     summary = summarize(records)
     (out / "summary.json").write_text(json.dumps(summary, indent=2), "utf-8")
     return summary
@@ -180,7 +199,10 @@ def _report_errors(console: Console, summary: dict) -> int:
 def run_report(folders: list[str], out: str) -> int:
     from podium.eval.report import report
 
-    table, pngs = report([Path(f) for f in folders], Path(out))
+    table, pngs, warnings = report([Path(f) for f in folders], Path(out))
+    err = Console(stderr=True)
+    for line in warnings:
+        err.print(f"[yellow]warning:[/] {escape(line)}", soft_wrap=True)
     console = Console()
     console.print(table, markup=False)
     console.print(f"Wrote {out}/report.md and " + ", ".join(str(p) for p in pngs))

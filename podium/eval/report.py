@@ -8,17 +8,21 @@ Calls, tokens and cost are what each workflow used at list price, cache hits inc
 systems compare alike whatever the cache held; the last column is what the runs paid. Plots:
 accuracy against cost (or tokens, when prices are unknown or all zero) per item; the workflow
 step-count histogram; worker usage by step position.
+
+Reading never changes a folder (a run may be writing it). A results line that is not a record
+(garbage, a bad edit) is left out and reported with its line number; the rest is reported. A
+damaged meta.json is a ConfigError naming the file.
 """
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from podium.errors import ConfigError
-from podium.eval.runner import RECORD_FORMAT, RESULTS, read_results
+from podium.eval.folder import read_meta
+from podium.eval.runner import RECORD_FORMAT, RESULTS, load_results
 from podium.eval.summary import summarize
 
 
@@ -27,12 +31,16 @@ def load_run(folder: Path) -> dict[str, Any]:
     if not meta_path.is_file() or not results.is_file():
         raise ConfigError(f"{folder} is not an evaluation folder (it needs meta.json and "
                           f"{RESULTS}); pass folders written by `podium eval --out`.")
-    meta = json.loads(meta_path.read_text("utf-8"))
-    if meta.get("format") != RECORD_FORMAT:
+    meta = read_meta(folder, purpose="It names the task and system of the run; restore it, or "
+                     "rerun `podium eval` with the run's settings into a new --out folder.")
+    if meta is None or meta.get("format") != RECORD_FORMAT:
         raise ConfigError(f"{folder} was written by an older podium; rerun `podium eval` into "
                           "a new --out folder to report it.")
-    records = list(read_results(results).values())
-    return {"folder": str(folder), **meta, "summary": summarize(records)}
+    found = load_results(results)
+    then = ("skipped here; rerun `podium eval` with the same settings into this folder to run "
+            "that item again")
+    return {"folder": str(folder), **meta, "summary": summarize(list(found.records.values())),
+            "warnings": found.warnings(results, then)}
 
 
 def _fmt_acc(s: dict) -> str:
@@ -142,9 +150,11 @@ def plots(runs: list[dict], out: Path) -> list[Path]:
     return written
 
 
-def report(folders: list[Path], out: Path) -> tuple[str, list[Path]]:
+def report(folders: list[Path], out: Path) -> tuple[str, list[Path], list[str]]:
+    """Write report.md and the plots; return the table, the plots and warnings (lines of a
+    results file that are not records: left out, the rest is reported)."""
     runs = [load_run(f) for f in folders]
     table = markdown_table(runs)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text("# podium report\n\n" + table, "utf-8")
-    return table, plots(runs, out)
+    return table, plots(runs, out), [w for r in runs for w in r["warnings"]]

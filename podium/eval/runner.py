@@ -3,7 +3,12 @@
 Results go to `OUT/results.jsonl`, one line per (item, repeat), appended and flushed as each
 finishes. A rerun after a crash or `kill -9` reads the file, drops a torn last line, and skips
 every (item, repeat) already recorded; so no item is run twice or lost. `--retry-errors` reruns
-the ones recorded as errors (the newer line wins when the summary reads the file).
+the ones recorded as errors (the newer line wins when the summary reads the file). A line that
+is not a record (garbage from a disk error or a bad hand edit) is skipped and reported by line
+number; before a run appends, the damaged file is kept aside (`results.jsonl.damaged-<time>`)
+and the good lines are rewritten, so those items are rerun and nothing is lost
+(`repair_results`). Readers (`podium report`) never change the file. One run at a time writes
+a folder: `podium.eval.folder` holds its lock and checks that a resume has the same settings.
 
 Every (item, repeat) is a record, built from the run's outcome (`podium.outcome`): `ok`
 (graded; a format error or another model failure scores 0), `error` (a worker or infrastructure
@@ -17,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import time
 import traceback
 from collections.abc import Callable
@@ -43,22 +49,93 @@ class EvalConfig:
     save_traces: bool = False
 
 
-def read_results(path: Path) -> dict[tuple[str, int], dict]:
-    """The latest record per (item, repeat). A torn last line (from a kill) is cut off."""
+@dataclass
+class Results:
+    """What `results.jsonl` holds: the latest record per (item, repeat), the lines that are not
+    records (`bad`: line number and why) and whether the last line is torn (no newline)."""
+
+    records: dict[tuple[str, int], dict]
+    bad: list[tuple[int, str]]
+    torn: bool = False
+
+    def warnings(self, path: Path, then: str) -> list[str]:
+        """One line per bad line, e.g. "results.jsonl line 3 is not a record (…); <then>"."""
+        return [f"{path} line {n} is not a record ({why}); {then}" for n, why in self.bad]
+
+
+def _parse_line(line: bytes) -> tuple[dict | None, str]:
+    try:
+        rec = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 text at byte {exc.start}"
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON: {exc.msg} at column {exc.colno}"
+    if (not isinstance(rec, dict) or not isinstance(rec.get("item"), str)
+            or not isinstance(rec.get("repeat"), int) or not isinstance(rec.get("status"), str)):
+        return None, "JSON, but without the item, repeat and status of a record"
+    return rec, ""
+
+
+def load_results(path: Path) -> Results:
+    """Read `path` without changing it. A torn last line (a kill mid-write) is left out, as is
+    every line that is not a record; the newer of two records of one (item, repeat) wins."""
     if not path.exists():
-        return {}
+        return Results({}, [])
     raw = path.read_bytes()
-    if raw and not raw.endswith(b"\n"):  # the process died mid-write: drop the partial line
-        keep = raw.rfind(b"\n") + 1
-        with open(path, "r+b") as fh:
-            fh.truncate(keep)
-        raw = raw[:keep]
+    lines = raw.split(b"\n")
+    torn = lines[-1] != b""  # the process died mid-write: the last line has no newline
     records: dict[tuple[str, int], dict] = {}
-    for line in raw.decode("utf-8").splitlines():
-        if line.strip():
-            rec = json.loads(line)
+    bad: list[tuple[int, str]] = []
+    for number, line in enumerate(lines[:-1], 1):
+        if not line.strip():
+            continue
+        rec, why = _parse_line(line)
+        if rec is None:
+            bad.append((number, why))
+        else:
             records[(rec["item"], rec["repeat"])] = rec
-    return records
+    return Results(records, bad, torn)
+
+
+def read_results(path: Path) -> dict[tuple[str, int], dict]:
+    """The latest record per (item, repeat); bad and torn lines left out (see load_results)."""
+    return load_results(path).records
+
+
+def repair_results(path: Path) -> tuple[Results, Path | None]:
+    """Make `path` safe to append to, before a run resumes it; return what it held, and where
+    the damaged file was kept (None when it was not damaged).
+
+    A torn last line is cut off, as a kill mid-write leaves it (that record was never reported
+    done). Lines that are not records (binary garbage, a hand edit gone wrong, a disk error) are
+    never thrown away: the file as it was is copied to `results.jsonl.damaged-<timestamp>`,
+    then `path` is rewritten, atomically, with its good lines only, byte for byte. The items
+    whose lines were bad have no record, so the run does them again."""
+    results = load_results(path)
+    if not results.bad and not results.torn:
+        return results, None
+    raw = path.read_bytes()
+    if not results.bad:  # only a torn tail: cut it
+        with open(path, "r+b") as fh:
+            fh.truncate(raw.rfind(b"\n") + 1)
+        return results, None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    kept = path.with_name(f"{path.name}.damaged-{stamp}")
+    n = 1
+    while kept.exists():
+        n += 1
+        kept = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
+    shutil.copy2(path, kept)
+    bad = {number for number, _ in results.bad}
+    good = [line + b"\n" for number, line in enumerate(raw.split(b"\n")[:-1], 1)
+            if number not in bad and line.strip()]
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.writelines(good)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return results, kept
 
 
 class ResultWriter:
@@ -130,7 +207,7 @@ async def evaluate(
 ) -> list[dict]:
     """Run every (item, repeat) not yet in `out/results.jsonl`; return all current records."""
     path = out / RESULTS
-    done = read_results(path)
+    done = dict(repair_results(path)[0].records)
     todo = [(item, r) for r in range(config.repeats) for item in items
             if (item.id, r) not in done
             or (config.retry_errors and done[(item.id, r)]["status"] == "error")]

@@ -1,0 +1,301 @@
+"""A `podium eval --out` folder under abuse: two runs at once, a resume with other settings,
+damaged results and meta files, a file where a folder should be.
+
+Every test runs the real `podium eval` / `podium report` as a subprocess on a pool of
+`function` workers (exact, instant); each worker call is logged with the caller's pid, so the
+tests can count what was paid and by whom.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from podium.eval.runner import load_results, read_results
+
+N = 5
+
+# A worker that logs each call (pid); when $GATE is set, it waits for that file to exist; it
+# fails like an unreachable endpoint on questions that contain $FAIL.
+WORKER_MODULE = """
+import os, time
+from podium.testing.workers import adder, down
+
+def gated(messages):
+    with open(os.environ["CALLS"], "a") as fh:
+        fh.write(f"{os.getpid()}\\n")
+    if os.environ.get("FAIL") and os.environ["FAIL"] in str(messages):
+        down(messages)
+    gate = os.environ.get("GATE")
+    while gate and not os.path.exists(gate):
+        time.sleep(0.05)
+    return adder(messages)
+"""
+
+POOL = """
+[conductor]
+backend = "function"
+function = "podium.testing.workers:zero"
+[[workers]]
+name = "adder"
+backend = "function"
+function = "folder_test_workers:gated"
+temperature = {temperature}
+rpm = {rpm}
+[run]
+cache = false
+max_steps = {max_steps}
+"""
+
+
+class Folder:
+    """A dataset, a pool file and an --out folder in tmp_path, and the commands that use them."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        (tmp / "folder_test_workers.py").write_text(WORKER_MODULE)
+        self.data = tmp / "sums.jsonl"
+        self.data.write_text("".join(json.dumps({"question": f"What is {i} + {i}?",
+                                                 "answer": str(2 * i)}) + "\n"
+                                     for i in range(N)))
+        self.pool = tmp / "pool.toml"
+        self.write_pool()
+        self.out = tmp / "run"
+        self.calls = tmp / "calls.log"
+        self.gate = tmp / "gate"
+
+    def write_pool(self, temperature: float = 0.1, rpm: int = 600, max_steps: int = 5) -> None:
+        self.pool.write_text(POOL.format(temperature=temperature, rpm=rpm, max_steps=max_steps))
+
+    def env(self, gated: bool = False, fail: str = "") -> dict:
+        env = {**os.environ, "COLUMNS": "200", "CALLS": str(self.calls), "FAIL": fail,
+               "PYTHONPATH": os.pathsep.join([str(self.tmp), os.environ.get("PYTHONPATH", "")])}
+        if gated:
+            env["GATE"] = str(self.gate)
+        return env
+
+    def eval_args(self, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "podium.cli.main", "eval", "--task", f"jsonl:{self.data}",
+                "--system", "single:adder", "--repeats", "1", "--concurrency", "2",
+                "--out", str(self.out), "--pool", str(self.pool), *extra]
+
+    def eval(self, *extra: str, fail: str = "") -> subprocess.CompletedProcess:
+        return subprocess.run(self.eval_args(*extra), capture_output=True, text=True,
+                              timeout=120, env=self.env(fail=fail))
+
+    def report(self, *folders: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "podium.cli.main", "report",
+                               *map(str, folders), "--out", str(self.tmp / "report")],
+                              capture_output=True, text=True, timeout=120, env=self.env())
+
+    def call_pids(self) -> list[int]:
+        return [int(x) for x in self.calls.read_text().split()] if self.calls.exists() else []
+
+    def result_keys(self) -> list[tuple[str, int]]:
+        lines = (self.out / "results.jsonl").read_bytes().splitlines()
+        return [(json.loads(line)["item"], json.loads(line)["repeat"]) for line in lines]
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.fixture()
+def folder(tmp_path) -> Folder:
+    return Folder(tmp_path)
+
+
+def test_a_second_eval_into_a_busy_folder_is_refused_and_names_the_holder(folder):
+    first = subprocess.Popen(folder.eval_args(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, env=folder.env(gated=True))
+    try:
+        deadline = time.monotonic() + 60
+        while not folder.call_pids():  # the first run holds the folder, items in flight
+            assert first.poll() is None, first.stderr.read()
+            assert time.monotonic() < deadline, "the first eval never called its worker"
+            time.sleep(0.05)
+        second = folder.eval()
+        assert second.returncode == 2, second.stderr
+        message = flat(second.stderr)
+        assert f"pid {first.pid}" in message and "another --out" in message
+        assert "Traceback" not in second.stderr
+    finally:
+        folder.gate.touch()
+        first.wait(60)
+    assert first.returncode == 0, first.stderr.read()
+    keys = folder.result_keys()
+    assert len(keys) == len(set(keys)) == N  # every item recorded once
+    assert folder.call_pids() == [first.pid] * N  # and paid once, by the first run only
+    # the lock went with its holder: the folder resumes (nothing left to run)
+    again = folder.eval()
+    assert again.returncode == 0, again.stderr
+    assert len(folder.call_pids()) == N
+
+
+def test_a_resume_with_other_settings_is_refused_naming_what_differs(folder):
+    assert folder.eval().returncode == 0
+    meta = (folder.out / "meta.json").read_text()
+    fp = json.loads(meta)["fingerprint"]
+    assert fp["parts"]["workers"][0]["temperature"] == 0.1 and len(fp["hash"]) == 64
+
+    folder.write_pool(temperature=0.5)
+    proc = folder.eval()
+    assert proc.returncode == 2, proc.stderr
+    assert "adder.temperature 0.1 → 0.5" in flat(proc.stderr)
+
+    folder.write_pool(max_steps=3)
+    proc = folder.eval("--fallback")
+    assert proc.returncode == 2, proc.stderr
+    message = flat(proc.stderr)
+    assert "run settings: max_steps 5 → 3" in message
+    assert "run settings: fallback false → true (--fallback)" in message
+
+    folder.write_pool()
+    proc = folder.eval("--option", 'grader="exact"')
+    assert proc.returncode == 2 and 'task options: grader (none) → "exact"' in flat(proc.stderr)
+    proc = folder.eval("--no-cache")  # the pool already has cache = false: nothing changes
+    assert proc.returncode == 0, proc.stderr
+
+    # refusals changed nothing; rate limits are not results: a gentler rpm resumes
+    assert (folder.out / "meta.json").read_text().count(fp["hash"]) == 1
+    folder.write_pool(rpm=30)
+    proc = folder.eval()
+    assert proc.returncode == 0, proc.stderr
+    assert len(folder.call_pids()) == N and len(folder.result_keys()) == N
+
+
+def test_retry_errors_with_mended_settings_only_when_no_record_is_kept(folder):
+    """The documented fix of an outage (mend the pool file, rerun with --retry-errors) works
+    when every record is an error; with graded records in the folder it would mix teams."""
+    proc = folder.eval(fail="What is 3 + 3")  # one item's worker is down
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(r["status"] for r in read_results(folder.out / "results.jsonl").values()) \
+        == ["error"] + ["ok"] * (N - 1)
+    folder.write_pool(temperature=0.5)
+    proc = folder.eval("--retry-errors")
+    assert proc.returncode == 2 and "adder.temperature 0.1 → 0.5" in flat(proc.stderr)
+    folder.write_pool()
+    proc = folder.eval("--retry-errors")
+    assert proc.returncode == 0, proc.stderr
+    assert {r["status"] for r in read_results(folder.out / "results.jsonl").values()} == {"ok"}
+    assert len(folder.call_pids()) == N + 1
+
+    (folder.tmp / "all-down").mkdir()
+    other = Folder(folder.tmp / "all-down")
+    proc = other.eval(fail="What is")  # every item is an error
+    assert proc.returncode == 1, proc.stderr
+    other.write_pool(temperature=0.5)
+    proc = other.eval("--retry-errors")
+    assert proc.returncode == 0, proc.stderr
+    assert "the new settings replace them" in flat(proc.stderr)
+    meta = json.loads((other.out / "meta.json").read_text())
+    assert meta["fingerprint"]["parts"]["workers"][0]["temperature"] == 0.5
+    assert {r["status"] for r in read_results(other.out / "results.jsonl").values()} == {"ok"}
+
+
+def test_a_meta_json_from_before_fingerprints_is_adopted_with_a_warning(folder):
+    assert folder.eval().returncode == 0
+    meta = json.loads((folder.out / "meta.json").read_text())
+    fp = meta.pop("fingerprint")
+    (folder.out / "meta.json").write_text(json.dumps(meta))
+    proc = folder.eval()
+    assert proc.returncode == 0, proc.stderr
+    assert "predates settings fingerprints" in flat(proc.stderr)
+    assert json.loads((folder.out / "meta.json").read_text())["fingerprint"] == fp
+    assert len(folder.call_pids()) == N
+
+
+def damage(path: Path) -> tuple[bytes, set[str]]:
+    """Records 2 and 3 replaced by bad JSON and binary garbage; a garbage line at the end.
+    Returns the damaged bytes and the items whose records were lost."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert len(lines) == N
+    lost = {json.loads(lines[1])["item"], json.loads(lines[2])["item"]}
+    damaged = b"".join([lines[0], b'{"item": "sums/1", "repeat": 0, "sta\n',
+                        b"\xff\xfe\x00\x80 garbage \xc3\x28\n", *lines[3:],
+                        b"\x00\x01\xfe\xff\x1a\n"])
+    path.write_bytes(damaged)
+    return damaged, lost
+
+
+def test_damaged_results_lines_are_kept_aside_reported_and_rerun(folder):
+    assert folder.eval().returncode == 0
+    results = folder.out / "results.jsonl"
+    before = {k: v for k, v in read_results(results).items()}
+    damaged, lost = damage(results)
+
+    found = load_results(results)  # reading skips the bad lines, and changes nothing
+    assert [n for n, _ in found.bad] == [2, 3, 6] and len(found.records) == N - 2
+    assert results.read_bytes() == damaged
+
+    proc = folder.eval()
+    assert proc.returncode == 0, proc.stderr
+    message = flat(proc.stderr)
+    for n in (2, 3, 6):
+        assert f"results.jsonl line {n} is not a record" in message
+    assert "it will be rerun" in message and "Traceback" not in proc.stderr
+    kept = list(folder.out.glob("results.jsonl.damaged-*"))
+    assert len(kept) == 1 and kept[0].read_bytes() == damaged  # nothing lost
+    assert str(kept[0]) in message
+    keys = folder.result_keys()  # the live file is clean again: every item once
+    assert len(keys) == len(set(keys)) == N
+    assert len(folder.call_pids()) == N + 2  # only the two damaged items ran again
+    after = read_results(results)  # the good records are kept as they were
+    assert {k: v for k, v in after.items() if k[0] not in lost} == \
+        {k: v for k, v in before.items() if k[0] not in lost}
+    rerun = results.read_bytes().splitlines()[-2:]  # the lost ones, run again
+    assert {json.loads(line)["item"] for line in rerun} == lost
+    assert json.loads((folder.out / "summary.json").read_text())["items"] == N
+    # a clean file is not copied again
+    assert folder.eval().returncode == 0
+    assert len(list(folder.out.glob("results.jsonl.damaged-*"))) == 1
+
+
+def test_report_on_a_damaged_results_file_warns_and_still_renders(folder):
+    assert folder.eval().returncode == 0
+    damaged, _ = damage(folder.out / "results.jsonl")
+    proc = folder.report(folder.out)
+    assert proc.returncode == 0, proc.stderr
+    message = flat(proc.stderr)
+    for n in (2, 3, 6):
+        assert f"results.jsonl line {n} is not a record" in message
+    assert "Traceback" not in proc.stderr
+    assert "single:adder" in (folder.tmp / "report" / "report.md").read_text()
+    assert (folder.out / "results.jsonl").read_bytes() == damaged  # a reader changes nothing
+
+
+@pytest.mark.parametrize("garbage", [b'{"task": "sums", "system": ', b"\x89\xff\x00binary"])
+def test_a_damaged_meta_json_is_a_config_error_naming_the_file(folder, garbage):
+    assert folder.eval().returncode == 0
+    meta = folder.out / "meta.json"
+    meta.write_bytes(garbage)
+    for proc in (folder.eval(), folder.report(folder.out)):
+        assert proc.returncode == 2, proc.stderr
+        message = flat(proc.stderr)
+        assert f"{meta} is damaged" in message and "--out" in message
+        assert "Traceback" not in proc.stderr
+    assert len(folder.call_pids()) == N  # nothing ran again
+    assert meta.read_bytes() == garbage
+
+
+def test_a_damaged_meta_json_over_no_records_is_rewritten(folder):
+    folder.out.mkdir()
+    (folder.out / "meta.json").write_bytes(b"\x00not json")
+    proc = folder.eval()
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((folder.out / "meta.json").read_text())["task"] == "sums"
+
+
+def test_out_naming_a_file_is_a_config_error(folder):
+    folder.out.write_text("not a folder")
+    proc = folder.eval()
+    assert proc.returncode == 2, proc.stderr
+    assert f"--out {folder.out} is a file; give a folder" in flat(proc.stderr)
+    assert "Traceback" not in proc.stderr
+    assert folder.out.read_text() == "not a folder"
