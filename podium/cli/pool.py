@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from rich.console import Console
@@ -61,20 +62,62 @@ def show(pool_path: str | None) -> int:
     return 0
 
 
+PING_MAX_TOKENS = 8
+THINKING_MARGIN = 16  # answer tokens on top of a thinking budget
+DEFAULT_THINKING_BUDGET = 1024  # Anthropic's budget when `thinking = true` names none
+
+
+def _thinks(spec: ModelSpec) -> bool:
+    """Whether the entry asks for a thinking budget the ping's max_tokens must leave room for:
+    `thinking = true`, or a `thinking_budget` with `thinking` unset (as the Anthropic backend
+    reads it). Gemini's `thinking = true` alone is a dynamic budget; it needs no room here."""
+    if spec.backend == "anthropic":
+        return bool(spec.thinking) or (spec.thinking is None and spec.thinking_budget is not None)
+    return spec.thinking is not False and spec.thinking_budget is not None
+
+
+def ping_spec(spec: ModelSpec) -> ModelSpec:
+    """The entry as the check sends it: no retries, at most 60 s, and a few output tokens.
+
+    Thinking stays as configured (the check should fail where the real calls would), so an
+    entry with a thinking budget gets that budget plus a small margin, since Anthropic rejects
+    a max_tokens at or below the budget, and a reply cut off inside the thinking has no text.
+    """
+    max_tokens = PING_MAX_TOKENS
+    if _thinks(spec):
+        budget = spec.thinking_budget or DEFAULT_THINKING_BUDGET
+        max_tokens = budget + THINKING_MARGIN
+        if spec.max_tokens is not None and spec.max_tokens > budget:
+            max_tokens = min(max_tokens, spec.max_tokens)
+    return spec.model_copy(update={"max_tokens": max_tokens, "retries": 0, "empty_retries": 0,
+                                   "timeout_s": min(spec.timeout_s, 60.0)})
+
+
+def _kind(exc: Exception) -> str:
+    """A failure's one-word kind for the table (the full reason is printed below it)."""
+    from podium.errors import ConfigError, WorkerError
+
+    if isinstance(exc, WorkerError):
+        return exc.kind
+    return "configuration" if isinstance(exc, ConfigError) else type(exc).__name__
+
+
 async def _check_one(spec: ModelSpec) -> dict:
     from podium.llm.registry import build_client
 
-    quick = spec.model_copy(update={"max_tokens": 8, "retries": 0, "empty_retries": 0,
-                                    "timeout_s": min(spec.timeout_s, 60.0)})
     start = time.perf_counter()
+    client = None
     try:
-        client = build_client(quick, cache=None)
+        client = build_client(ping_spec(spec), cache=None)
         resp = await client.chat(PING)
-        close = getattr(client, "aclose", None)
-        if close:
-            await close()
     except Exception as exc:  # every failure is a row of the report, with its reason
-        return {"ok": False, "reason": str(exc), "latency": time.perf_counter() - start}
+        return {"ok": False, "reason": str(exc) or type(exc).__name__, "kind": _kind(exc),
+                "latency": time.perf_counter() - start}
+    finally:  # a failed check closes its client too (its connections, its HTTP pool)
+        close = getattr(client, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):  # closing must not hide the check's result
+                await close()
     return {"ok": True, "reason": "", "latency": resp.latency_s or time.perf_counter() - start,
             "model": resp.model, "reply": resp.text.strip()[:30]}
 
@@ -89,20 +132,25 @@ def check(pool_path: str | None) -> int:
     pool = load_pool(pool_path)
     console = Console()
     table = Table(title=f"Checking {pool.source}", title_justify="left")
-    for col in ("id", "name", "reachable", "latency", "model", "price in/out per 1M", "reason"):
+    for col in ("id", "name", "reachable", "latency", "model", "price in/out per 1M", "failure"):
         table.add_column(col, overflow="fold")
-    failed = 0
     with console.status("Sending a tiny request to every model…"):
         results = asyncio.run(_check_all(pool))
     for ident, spec, r in results:
-        failed += not r["ok"]
         table.add_row(ident, spec.name, "[green]yes[/]" if r["ok"] else "[red]no[/]",
-                      f"{r['latency']:.2f}s", r.get("model") or "-", _price(spec),
-                      escape(r["reason"]))
+                      f"{r['latency']:.2f}s", escape(r.get("model") or "-"), _price(spec),
+                      escape(r.get("kind", "")))
     console.print(table)
-    if failed:
-        console.print(f"[red]{failed} of {len(results)} models failed.[/] Fix the reasons above "
-                      "(base_url, model name, api_key_env) and run `podium pool check` again.")
+    failures = [(ident, spec, r) for ident, spec, r in results if not r["ok"]]
+    # each reason in full, one unwrapped line per model: a table column would fold it into
+    # a narrow strip of broken words (and URLs) on an 80-column terminal
+    for ident, spec, r in failures:
+        console.print(f"[red]{escape(ident)} {escape(spec.name)}:[/] {escape(r['reason'])}",
+                      soft_wrap=True)
+    if failures:
+        console.print(f"[red]{len(failures)} of {len(results)} models failed.[/] Fix the "
+                      "reasons above (base_url, model name, api_key_env, timeout_s) and run "
+                      "`podium pool check` again.")
         return 1
     console.print(f"All {len(results)} models answered.")
     return 0

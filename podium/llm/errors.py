@@ -14,6 +14,12 @@ key out of every message:
 - an authentication error never includes the provider's text (it may echo part of the key);
   only the HTTP status is added;
 - in every other message the key is replaced by `***`, before the text is cut to 300 characters.
+
+A transport failure is one of two things, told apart by the HTTP stack's exception under the
+SDK's (`_read_timeout`): the server could not be reached (refused, unresolved, connect timeout:
+"could not reach"), or it accepted the connection and then did not answer within `timeout_s`
+(a read timeout: raise `timeout_s` or look at the server's load; it is running). Both keep the
+kind `transport`, and are retried alike.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ HINTS: dict[str, str] = {
     "or rpm, or retry later",
     "transport": "could not reach {url}; check base_url, the network and that the server is "
     "running",
+    "read_timeout": "{vendor} at {url} accepted the connection but did not answer within "
+    "{timeout}; raise timeout_s in the pool file, or check the server's load",
     "context_length": "the prompt is longer than the model's context; shorten it, lower "
     "max_tokens or use a model with a longer context",
     "server": "{vendor} returned a server error or is overloaded; retry later",
@@ -43,15 +51,48 @@ HINTS: dict[str, str] = {
 }
 
 
+# The HTTP stacks the SDKs send through, and their exception class names for "connected, then
+# no answer in time" and for "never connected". Matched by name, since the SDKs use several
+# (the openai SDK httpx2 and, when loaded, httpx; google-genai httpx or aiohttp).
+_HTTP_STACKS = ("httpx", "httpx2", "httpcore", "aiohttp")
+_READ_TIMEOUTS = {"ReadTimeout", "WriteTimeout", "SocketTimeoutError"}
+_CONNECT_FAILURES = {"ConnectTimeout", "ConnectError", "ConnectionTimeoutError",
+                     "ClientConnectorError"}
+
+
+def _read_timeout(exc: BaseException) -> bool:
+    """Whether `exc`, or an exception that caused it, is an HTTP stack's read (or write)
+    timeout: the connection was made and the server then kept silent. A connect timeout or a
+    refused connection is not one."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        names = {c.__name__ for c in type(current).__mro__
+                 if c.__module__.split(".")[0] in _HTTP_STACKS}
+        if names & _CONNECT_FAILURES:
+            return False
+        if names & _READ_TIMEOUTS:
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def provider_error(worker: str, kind: str, exc: BaseException, *, vendor: str,
                    url: str | None, secret: str | None, status: int | None = None,
-                   retry_after: float | None = None, raw: str | None = None) -> WorkerError:
+                   retry_after: float | None = None, raw: str | None = None,
+                   timeout_s: float | None = None) -> WorkerError:
     """The `WorkerError` for `exc`, already classified as `kind` by the backend.
 
     `raw` is the provider's text (default `str(exc)`); `secret` the API key to scrub from it;
-    `status` and `retry_after` are carried onto the error unchanged.
+    `status` and `retry_after` are carried onto the error unchanged. `timeout_s`, the read
+    timeout the call ran with, is named when a transport failure is a read timeout.
     """
-    detail = HINTS.get(kind, HINTS["other"]).format(vendor=vendor, url=url)
+    hint = HINTS.get(kind, HINTS["other"])
+    if kind == "transport" and _read_timeout(exc):
+        hint = HINTS["read_timeout"]
+    timeout = f"timeout_s = {timeout_s:g} s" if timeout_s is not None else "timeout_s"
+    detail = hint.format(vendor=vendor, url=url, timeout=timeout)
     if kind != "auth":
         text = str(exc) if raw is None else raw
         if secret:

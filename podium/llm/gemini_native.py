@@ -124,7 +124,8 @@ def worker_error(spec: ModelSpec, exc: BaseException, secret: str | None) -> Wor
     kind = _error_kind(errors, exc)
     url = spec.base_url or DEFAULT_BASE_URL
     if not isinstance(exc, errors.APIError):
-        return provider_error(spec.name, kind, exc, vendor="Gemini", url=url, secret=secret)
+        return provider_error(spec.name, kind, exc, vendor="Gemini", url=url, secret=secret,
+                              timeout_s=spec.timeout_s)
     wait = None
     if kind in ("rate_limit", "server"):
         wait = retry_after(getattr(getattr(exc, "response", None), "headers", None))

@@ -36,7 +36,8 @@ def worker_error(spec: ModelSpec, exc: Exception, secret: str | None) -> WorkerE
     return provider_error(spec.name, _error_kind(exc), exc, vendor="the endpoint",
                           url=spec.base_url, secret=secret,
                           status=status if isinstance(status, int) else None,
-                          retry_after=retry_after(getattr(response, "headers", None)))
+                          retry_after=retry_after(getattr(response, "headers", None)),
+                          timeout_s=spec.timeout_s)
 
 
 class OpenAICompatClient:
