@@ -191,6 +191,42 @@ def export_cmd(
     raise typer.Exit(_guard(run, debug))
 
 
+@app.command("serve")
+def serve_cmd(
+    pool: str = typer.Option(None, "--pool", "-p", help="Pool file (default: embedded)."),
+    conductor: str = CONDUCTOR_OPT,
+    allow_pool_mismatch: bool = MISMATCH_OPT,
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8000, "--port", min=1, max=65535, help="Port to listen on."),
+    api_key_env: str = typer.Option(None, "--api-key-env", help="Environment variable "
+                                    "holding the API key clients must send."),
+    api_key_file: str = typer.Option(None, "--api-key-file", help="File of API keys, one a "
+                                     "line."),
+    no_auth: bool = typer.Option(False, "--no-auth", help="Serve without keys (loopback "
+                                 "--host only)."),
+    max_concurrency: int = typer.Option(4, "--max-concurrency", min=1, help="Runs in flight "
+                                        "at once; more get 429."),
+    max_request_bytes: int = typer.Option(1_000_000, "--max-request-bytes", min=1,
+                                          help="Largest request body; larger gets 413."),
+    trace_dir: str = typer.Option("runs/serve-traces", "--trace-dir", help="Where every "
+                                  "request's trace is kept (owner-only)."),
+    trace_keep: int = typer.Option(1000, "--trace-keep", min=1, help="Traces kept (newest)."),
+    graceful_timeout: float = typer.Option(30.0, "--graceful-timeout", min=0, help="On "
+                                           "SIGTERM, seconds to let requests in flight finish."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Don't use the response cache."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Serve the team as one OpenAI-compatible model, `podium` (see docs/serving.md)."""
+    from podium.cli.serve import run_serve
+
+    raise typer.Exit(_guard(lambda: run_serve(
+        pool=pool, conductor=conductor, allow_pool_mismatch=allow_pool_mismatch, host=host,
+        port=port, api_key_env=api_key_env, api_key_file=api_key_file, no_auth=no_auth,
+        max_concurrency=max_concurrency, max_request_bytes=max_request_bytes,
+        trace_dir=trace_dir, trace_keep=trace_keep, graceful_timeout=graceful_timeout,
+        no_cache=no_cache), debug))
+
+
 pool_app = typer.Typer(help="Look at and check a pool file.", no_args_is_help=True)
 app.add_typer(pool_app, name="pool")
 

@@ -2,7 +2,8 @@
 
 `adder` solves "What is A + B?" (the overall task's first such question) and answers in
 `<answer>` tags; `zero` always answers 0, in the same shape; `down` fails like an unreachable
-endpoint; `one_step` is a Conductor that sends every question to worker 0 alone.
+endpoint; `slow` is `adder` one second late; `one_step` is a Conductor that sends every
+question to worker 0 alone.
 Together they make a pool in which the worker choice decides the reward.
 """
 
@@ -40,3 +41,11 @@ def down(messages: list[dict]) -> str:
 def one_step(messages: list[dict]) -> str:
     """A Conductor that always sends the question to worker 0 alone."""
     return 'model_id = [0]\nsubtasks = ["Answer the question."]\naccess_list = [[]]'
+
+
+async def slow(messages: list[dict]) -> str:
+    """`adder`, one second late (for tests of concurrency limits and graceful shutdown)."""
+    import asyncio
+
+    await asyncio.sleep(1.0)
+    return adder(messages)

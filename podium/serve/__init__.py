@@ -1,0 +1,27 @@
+"""`podium serve`: the Conductor and its team behind an OpenAI-compatible API, as one model.
+
+Any OpenAI client can then use the team:
+
+    client = openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key=KEY)
+    reply = client.chat.completions.create(model="podium", messages=[...])
+
+Modules, in the order a request meets them:
+
+    auth.py       API keys (env var, key file), the loopback-only rule for --no-auth, and the
+                  constant-time check of `Authorization: Bearer KEY`
+    protocol.py   the request body: validation, podium's per-request options, the question
+                  built from the conversation
+    app.py        the FastAPI app: routes, body limit, run slots (429), the pipeline run, SSE
+    responses.py  completion bodies, stream chunks, progress lines, no-answer errors
+    traces.py     every request's trace, owner-only, newest N kept, served by id
+    errors.py     OpenAI-style error bodies
+
+This package needs the `serve` extra (fastapi, uvicorn); nothing outside it imports fastapi.
+It depends on the pipeline, never on eval or train. docs/serving.md is the user's guide.
+"""
+
+from __future__ import annotations
+
+from podium.serve.app import MODEL, ServeConfig, create_app
+
+__all__ = ["MODEL", "ServeConfig", "create_app"]

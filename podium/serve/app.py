@@ -1,0 +1,326 @@
+"""The HTTP app: the team as one OpenAI-compatible model, `podium`.
+
+    POST /v1/chat/completions   run the pipeline on the conversation (JSON, or SSE when
+                                `stream` is true)
+    GET  /v1/models             the one model, `podium`  (also /v1/models/podium)
+    GET  /v1/traces/{id}        a request's trace (ids from `return_trace_id`)
+    GET  /health                {"status": "ok"}; the only route without a key
+
+One request, top to bottom (`chat`): check the key, read the body (refused past
+`max_request_bytes` while it is read, not after), validate it (`protocol`), name the sub-pool,
+take a run slot (429 when `max_concurrency` runs are in flight: the server never queues
+work it cannot start), run the pipeline as a task whose progress events feed the stream,
+write the trace, answer.
+
+One `Pipeline` serves every request, so each worker's concurrency limit holds across all of
+them. A request that changes run settings (recursion, budgets) gets a shallow copy of it with
+those settings: the same clients, cache, Team (its semaphores) and Conductor.
+
+Every error is an OpenAI-style body (`podium.serve.errors`). A client that goes away while a
+streamed answer is running cancels its run; a non-streamed run finishes and keeps its trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from podium.errors import ConfigError
+from podium.pipeline import Pipeline
+from podium.serve import responses as R
+from podium.serve.auth import KeyCheck
+from podium.serve.errors import ApiError, bad_request
+from podium.serve.protocol import ChatRequest, Options, parse_body, question_of
+from podium.serve.traces import TraceStore, new_id
+
+log = logging.getLogger("podium.serve")
+
+MODEL = "podium"
+KEEPALIVE_S = 15.0
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    keys: tuple[str, ...] = ()
+    max_concurrency: int = 4
+    max_request_bytes: int = 1_000_000
+    trace_dir: str | Path = "runs/serve-traces"
+    trace_keep: int = 1000
+    retry_after_s: int = 1
+
+
+class Slots:
+    """At most `limit` runs in flight; `take` says no instead of waiting."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_flight = 0
+
+    def take(self) -> bool:
+        if self.in_flight >= self.limit:
+            return False
+        self.in_flight += 1
+        return True
+
+    def give(self) -> None:
+        self.in_flight -= 1
+
+
+@dataclass
+class Run:
+    """One pipeline run for one request: its task and the progress lines it emits."""
+
+    task: asyncio.Task
+    events: asyncio.Queue
+
+
+def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
+    check = KeyCheck(config.keys)
+    traces = TraceStore(config.trace_dir, config.trace_keep)
+    slots = Slots(config.max_concurrency)
+    names = [w.name for w in pipeline.pool.workers]
+    started = int(time.time())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await pipeline.aclose()
+
+    app = FastAPI(title="podium", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.slots = slots
+    app.state.traces = traces
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            msg = (f"No route {request.method} {request.url.path}. The routes are POST "
+                   "/v1/chat/completions, GET /v1/models, GET /v1/traces/{id}, GET /health.")
+            return ApiError(404, msg, code="not_found").response()
+        if exc.status_code == 405:
+            return ApiError(405, f"{request.method} is not allowed on {request.url.path}.",
+                            code="method_not_allowed").response()
+        return ApiError(exc.status_code, str(exc.detail)).response()
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+        return ApiError(500, f"podium failed unexpectedly ({type(exc).__name__}); the server "
+                        "log has the traceback.", code="internal").response()
+
+    def auth(request: Request) -> None:
+        check(request.headers.get("authorization"))
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    def model_card() -> dict:
+        return {"id": MODEL, "object": "model", "created": started, "owned_by": "podium"}
+
+    @app.get("/v1/models", dependencies=[Depends(auth)])
+    async def models() -> dict:
+        return {"object": "list", "data": [model_card()]}
+
+    @app.get("/v1/models/{model}", dependencies=[Depends(auth)])
+    async def model(model: str) -> dict:
+        if model != MODEL:
+            raise _no_model(model)
+        return model_card()
+
+    @app.get("/v1/traces/{trace_id}", dependencies=[Depends(auth)])
+    async def trace(trace_id: str) -> dict:
+        data = await asyncio.to_thread(traces.read, trace_id)
+        if data is None:
+            raise ApiError(404, "No trace has that id (ids look like tr- and 32 hex digits; "
+                           "the server keeps the newest traces only).", code="trace_not_found",
+                           param="trace_id")
+        return data
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(auth)])
+    async def chat(request: Request):
+        req, opts = parse_body(await _read_body(request, config.max_request_bytes))
+        if req.model != MODEL:
+            raise _no_model(req.model)
+        question = question_of(req.messages)
+        workers = _workers(pipeline, opts)
+        pipe = _variant(pipeline, opts)
+        if not slots.take():
+            raise ApiError(429, f"The server is running {slots.limit} requests, its limit "
+                           "(--max-concurrency). Retry after the Retry-After seconds.",
+                           code="too_many_requests",
+                           headers={"Retry-After": str(config.retry_after_s)})
+        cid, tid, created = f"chatcmpl-{uuid.uuid4().hex}", new_id(), int(time.time())
+        run = _start(pipe, question, workers, names, traces, tid, req, opts, slots)
+        headers = {"X-Podium-Trace-Id": tid} if opts.return_trace_id else {}
+        shown_tid = tid if opts.return_trace_id else None
+        if req.stream:
+            include = bool(req.stream_options and req.stream_options.include_usage)
+            return StreamingResponse(
+                _stream(run, cid, created, shown_tid, include), media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
+        result = await run.task
+        if result.answer is None:
+            err = R.no_answer_error(result)
+            err.headers.update(headers)
+            raise err
+        return JSONResponse(R.completion_json(cid, created, MODEL, result, shown_tid),
+                            headers=headers)
+
+    return app
+
+
+def _no_model(model: str) -> ApiError:
+    return ApiError(404, f"The model {model!r} does not exist: this server serves one model, "
+                    f"{MODEL!r}. Pass model=\"{MODEL}\".", code="model_not_found", param="model")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is longer than `limit` bytes."""
+    too_big = ApiError(413, f"The request body is larger than this server's limit of {limit} "
+                       "bytes (--max-request-bytes). Send a shorter conversation.",
+                       code="request_too_large")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise too_big
+    size, chunks = 0, []
+    async for piece in request.stream():
+        size += len(piece)
+        if size > limit:
+            raise too_big
+        chunks.append(piece)
+    return b"".join(chunks)
+
+
+def _workers(pipeline: Pipeline, opts: Options) -> list[int] | None:
+    if not opts.workers:
+        return None
+    index = {w.name: i for i, w in enumerate(pipeline.pool.workers)}
+    unknown = [n for n in opts.workers if n not in index]
+    if unknown:
+        raise bad_request(f"workers names {unknown}, which this server's pool does not have; "
+                          f"its workers are: {', '.join(index)}.", param="workers",
+                          code="unknown_worker")
+    return [index[n] for n in opts.workers]
+
+
+def _cap(pool_cap, asked):
+    """A request may lower a budget the pool sets, never raise it."""
+    return asked if pool_cap is None else min(pool_cap, asked)
+
+
+def _variant(pipeline: Pipeline, opts: Options) -> Pipeline:
+    """`pipeline` with this request's run settings: a shallow copy sharing its clients, cache,
+    Team and Conductor (only `settings` differs; the Conductor's prompt settings are kept)."""
+    s = pipeline.settings
+    update: dict = {}
+    if opts.recursion is not None:
+        update["recursion"] = opts.recursion
+    if opts.max_calls is not None:
+        update["max_calls"] = _cap(s.max_calls, opts.max_calls)
+    if opts.max_cost is not None:
+        update["max_cost"] = _cap(s.max_cost, opts.max_cost)
+    if not update:
+        return pipeline
+    pipe = copy.copy(pipeline)
+    pipe.settings = s.model_copy(update=update)
+    return pipe
+
+
+def _start(pipe: Pipeline, question: str, workers: list[int] | None, names: list[str],
+           traces: TraceStore, tid: str, req: ChatRequest, opts: Options, slots: Slots) -> Run:
+    """Start the run as a task; its slot is given back when the task ends, whatever happens
+    to the response."""
+    events: asyncio.Queue = asyncio.Queue()
+
+    def on_event(kind: str, obj) -> None:
+        line = R.progress(kind, obj, names)
+        if line:
+            events.put_nowait(line)
+
+    async def go():
+        t0 = time.perf_counter()
+        try:
+            result = await pipe.ask(question, workers=workers, on_event=on_event)
+        except ConfigError as exc:  # the question itself (e.g. text that is not UTF-8)
+            raise bad_request(str(exc), param="messages") from None
+        data = {"id": tid, "created": int(time.time()), "model": MODEL, "stream": req.stream,
+                "options": opts.model_dump(exclude_none=True), **result.to_json()}
+        try:
+            await asyncio.to_thread(traces.write, tid, data)
+        except OSError as exc:
+            log.warning("trace %s could not be written: %s", tid, exc.strerror or exc)
+        log.info("%s: %s, %d calls, %.1fs", tid, "answered" if result.answer is not None
+                 else f"no answer ({result.outcome.cause.reason if result.outcome.cause else '?'})",
+                 result.outcome.used.calls, time.perf_counter() - t0)
+        return result
+
+    task = asyncio.get_running_loop().create_task(go())
+
+    def done(t: asyncio.Task) -> None:
+        slots.give()
+        events.put_nowait(None)
+        if not t.cancelled() and t.exception() is not None and \
+                not isinstance(t.exception(), ApiError):
+            log.error("run %s failed", tid, exc_info=t.exception())
+
+    task.add_done_callback(done)
+    return Run(task, events)
+
+
+async def _stream(run: Run, cid: str, created: int, tid: str | None,
+                  include_usage: bool) -> AsyncIterator[str]:
+    extra = {"usage": None} if include_usage else {}
+
+    def piece(delta: dict | None, finish: str | None = None, **more) -> str:
+        return R.chunk(cid, created, MODEL, delta, finish, **{**extra, **more})
+
+    try:
+        yield piece({"role": "assistant", "content": ""})
+        while True:
+            try:
+                line = await asyncio.wait_for(run.events.get(), KEEPALIVE_S)
+            except TimeoutError:
+                yield ": keep-alive\n\n"
+                continue
+            if line is None:
+                break
+            yield piece({"reasoning_content": line + "\n"})
+        try:
+            result = run.task.result()
+        except ApiError as exc:
+            yield R.sse(exc.body())
+            return
+        except Exception as exc:  # logged by the task's done callback
+            yield R.sse(ApiError(500, f"podium failed unexpectedly ({type(exc).__name__}); "
+                                 "the server log has the traceback.", code="internal").body())
+            return
+        if result.answer is None:
+            yield R.sse(R.no_answer_error(result).body())
+            return
+        for text in R.answer_pieces(result.answer):
+            yield piece({"content": text})
+        ids = {"podium_trace_id": tid} if tid else {}
+        yield piece({}, R.finish_reason(result), **ids)
+        if include_usage:
+            yield R.chunk(cid, created, MODEL, None, usage=R.usage_json(result),
+                          podium=R.podium_json(result), **ids)
+        yield R.sse("[DONE]")
+    finally:
+        if not run.task.done():
+            run.task.cancel()  # the client went away: stop paying for the run

@@ -1,0 +1,186 @@
+"""The Chat Completions wire format: what a request may hold, and the question it becomes.
+
+A request is validated into a `ChatRequest` (unknown fields are accepted and ignored, as
+OpenAI-compatible servers do; fields that would change the meaning of the answer and that the
+team cannot honour, such as `n > 1` or `tools`, are refused with a 400 naming the field).
+
+**The question.** The team answers one question. The last message must come from the user:
+its text is the question. When the conversation has earlier turns (a system message, earlier
+user and assistant turns), they are put before it as context, in one clearly delimited block:
+
+    The conversation so far, for context:
+    <conversation>
+    [system]
+    You are terse.
+    [user]
+    What is 2 + 2?
+    [assistant]
+    4
+    </conversation>
+
+    Now answer this:
+    And times 3?
+
+A one-message conversation is sent as it is, so a question asked through the server and with
+`podium ask` is the same question (and hits the same response cache entries).
+
+**Per-request options** (podium's own; OpenAI clients send them with `extra_body`, which puts
+them at the top level of the JSON body, or as strings in `metadata`; a top-level key wins):
+
+    workers          list of worker names (or "a,b" in metadata): run with this sub-pool
+    recursion        recursion rounds after the first, 0..MAX_RECURSION
+    max_calls        cap on model calls for this request (never above the pool's own cap)
+    max_cost         cap on cost in USD for this request (never above the pool's own cap)
+    return_trace_id  true: the response carries `podium_trace_id` and `X-Podium-Trace-Id`
+
+`max_tokens` / `max_completion_tokens` must be positive integers when given; the length of
+each model call is set by the pool file (each model's `max_tokens`), so they limit nothing
+more (see docs/serving.md).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+
+from podium.serve.errors import ApiError, bad_request
+
+MAX_RECURSION = 5
+OPTION_KEYS = ("workers", "recursion", "max_calls", "max_cost", "return_trace_id")
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[TextPart] | None = None
+
+    def text(self, where: str) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        parts = []
+        for i, part in enumerate(self.content):
+            if part.type != "text" or part.text is None:
+                raise bad_request(f"Content part of type {part.type!r} is not supported: the "
+                                  "team reads text only. Send text parts "
+                                  '({"type": "text", "text": "..."}) or a string.',
+                                  param=f"{where}.content.{i}.type")
+            parts.append(part.text)
+        return "\n".join(parts)
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    include_usage: StrictBool = False
+
+
+class Options(BaseModel):
+    """podium's per-request options, from the body's top level or from `metadata`."""
+
+    model_config = ConfigDict(extra="forbid")
+    workers: list[str] | None = Field(None, min_length=1)
+    recursion: int | None = Field(None, ge=0, le=MAX_RECURSION)
+    max_calls: int | None = Field(None, ge=1)
+    max_cost: float | None = Field(None, ge=0)
+    return_trace_id: bool = False
+
+
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: StrictInt | None = Field(None, gt=0)
+    max_completion_tokens: StrictInt | None = Field(None, gt=0)
+    n: StrictInt | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def _param(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def _validation_error(err: ValidationError, prefix: str = "") -> ApiError:
+    first = err.errors()[0]
+    param = prefix + _param(first["loc"])
+    if first["type"] == "missing":
+        return bad_request(f"Missing required parameter: '{param}'.", param=param,
+                           code="missing_required_parameter")
+    message = first["msg"]
+    if param in ("max_tokens", "max_completion_tokens"):
+        message = f"{param} must be a positive integer (got {first.get('input')!r})"
+    return bad_request(f"Invalid value for '{param}': {message}.", param=param)
+
+
+def parse_body(raw: bytes) -> tuple[ChatRequest, Options]:
+    """The request and its podium options, or an ApiError (400) naming the bad field."""
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise bad_request(f"The request body is not valid JSON ({exc}). Send a JSON object "
+                          "with Content-Type: application/json.", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise bad_request("The request body must be a JSON object.", code="invalid_json")
+    try:
+        req = ChatRequest.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(exc) from None
+    if req.n not in (None, 1):
+        raise bad_request("n must be 1: the team writes one answer per request.", param="n",
+                          code="unsupported_value")
+    for key in ("tools", "functions", "tool_choice", "response_format"):
+        if data.get(key) not in (None, [], "none", {"type": "text"}):
+            raise bad_request(f"'{key}' is not supported by the podium model: it returns the "
+                              "team's answer as text. Leave it out.", param=key,
+                              code="unsupported_parameter")
+    return req, _options(data, req.metadata or {})
+
+
+def _options(data: dict, metadata: dict) -> Options:
+    merged: dict[str, Any] = {}
+    for key in OPTION_KEYS:
+        if key in metadata:
+            value = metadata[key]
+            if key == "workers" and isinstance(value, str):
+                value = [n.strip() for n in value.split(",") if n.strip()]
+            merged[key] = value
+    merged.update({k: data[k] for k in OPTION_KEYS if k in data})
+    try:
+        return Options.model_validate(merged)
+    except ValidationError as exc:
+        raise _validation_error(exc) from None
+
+
+def question_of(messages: list[ChatMessage]) -> str:
+    """The question the team answers (see the module docstring)."""
+    last = messages[-1]
+    if last.role != "user":
+        raise bad_request(f"The last message must come from the user (it is {last.role!r}): "
+                          "the team answers the last user message.",
+                          param=f"messages.{len(messages) - 1}.role")
+    text = last.text(f"messages.{len(messages) - 1}")
+    if not text.strip():
+        raise bad_request("The last user message is empty. Send the question as its content.",
+                          param=f"messages.{len(messages) - 1}.content")
+    if len(messages) == 1:
+        return text
+    turns = []
+    for i, msg in enumerate(messages[:-1]):
+        body = msg.text(f"messages.{i}").strip()
+        if body:
+            turns.append(f"[{msg.role}]\n{body}")
+    if not turns:
+        return text
+    context = "\n".join(turns)
+    return (f"The conversation so far, for context:\n<conversation>\n{context}\n"
+            f"</conversation>\n\nNow answer this:\n{text}")

@@ -1,0 +1,78 @@
+"""Every request's trace, kept as an owner-only JSON file and served back by id.
+
+A trace is `RunResult.to_json()` (the question, every Conductor turn and step with its prompt
+and response, usage, failures) plus the request's id, time and podium options. It holds the
+user's conversation, so it is written owner-only (`podium.files.write_private`: 0600 files,
+0700 folders podium creates).
+
+Ids are `tr-` and 32 hex digits; anything else is refused before a path is built, so an id can
+never name a file outside the folder. The folder keeps the newest `keep` traces: older ones
+are deleted as new ones are written (the order is rebuilt from the files' mtimes at start).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import uuid
+from collections import deque
+from pathlib import Path
+
+from podium.files import private_dir, write_private
+
+log = logging.getLogger("podium.serve")
+
+ID = re.compile(r"^tr-[0-9a-f]{32}$")
+
+
+def new_id() -> str:
+    return f"tr-{uuid.uuid4().hex}"
+
+
+class TraceStore:
+    def __init__(self, folder: str | Path, keep: int = 1000) -> None:
+        if keep < 1:
+            raise ValueError("keep must be at least 1")
+        self.folder = private_dir(folder)
+        self.keep = keep
+        self._lock = threading.Lock()
+        found = [p for p in self.folder.glob("tr-*.json") if ID.match(p.stem)]
+        found.sort(key=lambda p: p.stat().st_mtime)
+        self._order: deque[str] = deque(p.stem for p in found)
+        self._prune()
+
+    def path(self, trace_id: str) -> Path | None:
+        """The file of `trace_id`, or None for an id that is not one of ours."""
+        if not ID.match(trace_id):
+            return None
+        return self.folder / f"{trace_id}.json"
+
+    def write(self, trace_id: str, data: dict) -> None:
+        path = self.path(trace_id)
+        if path is None:
+            raise ValueError(f"not a trace id: {trace_id!r}")
+        write_private(path, json.dumps(data, ensure_ascii=False))
+        with self._lock:
+            self._order.append(trace_id)
+            self._prune()
+
+    def read(self, trace_id: str) -> dict | None:
+        path = self.path(trace_id)
+        if path is None or not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    def _prune(self) -> None:
+        while len(self._order) > self.keep:
+            old = self._order.popleft()
+            try:
+                (self.folder / f"{old}.json").unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("could not delete old trace %s: %s", old, exc.strerror)

@@ -1,0 +1,149 @@
+"""Helpers for the server tests: the function-worker pool, a uvicorn server in a thread, a
+`podium serve` subprocess, the test keys."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from podium.config import load_pool
+from podium.pipeline import Pipeline
+from podium.serve import ServeConfig, create_app
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+KEY = "sk-podium-test-key-7f3a9c2e51"
+OTHER_KEY = "sk-podium-test-key-second-0b8d"
+POOL = """\
+[conductor]
+backend = "function"
+function = "podium.testing.workers:one_step"
+
+[[workers]]
+name = "adder"
+backend = "function"
+function = "podium.testing.workers:adder"
+
+[[workers]]
+name = "zero"
+backend = "function"
+function = "podium.testing.workers:zero"
+
+[[workers]]
+name = "slow"
+backend = "function"
+function = "podium.testing.workers:slow"
+
+[[workers]]
+name = "down"
+backend = "function"
+function = "podium.testing.workers:down"
+
+[run]
+cache = false
+"""
+
+
+class Records(logging.Handler):
+    """Every log record of the server, formatted with its traceback (for key-leak checks)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+class ThreadServer:
+    """`create_app` under a real uvicorn server in a daemon thread."""
+
+    def __init__(self, pool_file: Path, trace_dir: Path, **config) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.config = ServeConfig(trace_dir=trace_dir, **config)
+        pool = load_pool(pool_file)
+        app = create_app(self.config, Pipeline(pool))
+        self.app = app
+        self.server = uvicorn.Server(uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_config=None, log_level="debug",
+            timeout_graceful_shutdown=5))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> ThreadServer:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
+
+
+def auth(key: str = KEY) -> dict:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def podium_cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "podium.cli.main", *args]
+
+
+class CliServer:
+    """`podium serve` in a subprocess on a free port; its output goes to a log file."""
+
+    def __init__(self, args: list[str], log: Path, env: dict | None = None) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self._fh = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            podium_cli("serve", "--port", str(self.port), *args), stdout=self._fh,
+            stderr=subprocess.STDOUT, env={**os.environ, "NO_PROXY": "127.0.0.1", **(env or {})})
+
+    def wait(self, timeout: float = 120) -> CliServer:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"podium serve exited early:\n{self.log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{self.base}/health", timeout=2, trust_env=False).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"podium serve did not start:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._fh.close()

@@ -1,0 +1,88 @@
+"""`podium serve` as a user runs it: a subprocess, graceful shutdown on SIGTERM, and the
+embedded SmolLM2 team end to end through the official openai client (shapes, not text)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+from serve_helpers import CliServer
+
+KEY = "sk-serve-command-test-4d1e88"
+
+
+def test_sigterm_lets_the_request_in_flight_finish(pool_file, tmp_path):
+    srv = CliServer(["--pool", str(pool_file), "--api-key-env", "PODIUM_SERVE_KEY",
+                     "--trace-dir", str(tmp_path / "traces"), "--graceful-timeout", "20"],
+                    tmp_path / "serve.log", env={"PODIUM_SERVE_KEY": KEY})
+    try:
+        srv.wait()
+        got: dict = {}
+
+        def ask() -> None:
+            got["r"] = httpx.post(f"{srv.base}/v1/chat/completions", timeout=30, trust_env=False,
+                                  headers={"Authorization": f"Bearer {KEY}"},
+                                  json={"model": "podium", "workers": ["slow"],
+                                        "messages": [{"role": "user",
+                                                      "content": "What is 20 + 22?"}]})
+
+        thread = threading.Thread(target=ask)
+        thread.start()
+        time.sleep(0.4)  # the slow worker takes 1 s: the request is in flight
+        srv.proc.send_signal(signal.SIGTERM)
+        thread.join(30)
+        assert got["r"].status_code == 200, got["r"].text
+        assert got["r"].json()["choices"][0]["message"]["content"] == "<answer>42</answer>"
+        # uvicorn re-raises the signal once it has shut down: the process ends by SIGTERM
+        assert srv.proc.wait(30) in (0, -signal.SIGTERM)
+    finally:
+        srv.stop()
+    log = srv.log.read_text()
+    assert "Shutting down" in log and "answered" in log
+    assert KEY not in log
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("serve-embedded")
+    srv = CliServer(["--no-auth", "--trace-dir", str(folder / "traces")], folder / "serve.log")
+    try:
+        yield srv.wait(180)
+    finally:
+        srv.stop()
+
+
+def test_embedded_team_streams_and_answers(embedded):
+    client = openai.OpenAI(base_url=f"{embedded.base}/v1", api_key="unused", max_retries=0,
+                           timeout=300)
+    chunks = list(client.chat.completions.create(
+        model="podium", messages=[{"role": "user", "content": "What is 3 + 4?"}], stream=True,
+        stream_options={"include_usage": True}))
+    with_choice = [c for c in chunks if c.choices]
+    reasoning = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+                        for c in with_choice)
+    content = "".join(c.choices[0].delta.content or "" for c in with_choice)
+    assert "Workflow" in reasoning or "Falling back" in reasoning
+    assert "done:" in reasoning
+    assert content.strip()
+    assert with_choice[-1].choices[0].finish_reason in ("stop", "length")
+    usage = chunks[-1].usage
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens > 0
+
+    raw = client.chat.completions.with_raw_response.create(
+        model="podium", messages=[{"role": "user", "content": "Name a yellow fruit."}],
+        extra_body={"return_trace_id": True})
+    reply = raw.parse()
+    assert isinstance(reply.choices[0].message.content, str)
+    assert reply.choices[0].finish_reason in ("stop", "length")
+    assert reply.usage.total_tokens > 0 and reply.model_extra["podium"]["calls"] >= 2
+    trace = httpx.get(f"{embedded.base}/v1/traces/{raw.headers['x-podium-trace-id']}",
+                      trust_env=False).json()
+    assert trace["question"] == "Name a yellow fruit."
+    assert trace["answer"] == reply.choices[0].message.content
+    assert trace["conductor"][0]["constrained"] is True
+    assert {s["worker_name"] for s in trace["steps"]} <= {"smol-precise", "smol-creative"}

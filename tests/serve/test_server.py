@@ -1,0 +1,353 @@
+"""`podium serve` over real HTTP: the official openai client (sync, async, streaming), raw
+httpx for the error cases, a function-worker pool for exact answers; traces, limits, keys."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+from serve_helpers import KEY, OTHER_KEY, ThreadServer, auth
+
+from podium.serve.traces import TraceStore, new_id
+
+Q = "What is 2 + 5?"
+
+
+def msgs(text: str = Q) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+def body(**extra) -> dict:
+    return {"model": "podium", "messages": msgs(), **extra}
+
+
+@pytest.fixture()
+def client(server):
+    return openai.OpenAI(base_url=f"{server.base}/v1", api_key=KEY, max_retries=0)
+
+
+# --- the openai client ------------------------------------------------------------------------
+
+def test_models_and_health(client, http):
+    assert [m.id for m in client.models.list()] == ["podium"]
+    assert client.models.retrieve("podium").id == "podium"
+    assert http.get("/health").json() == {"status": "ok"}  # no key needed
+
+
+def test_sync_completion(client):
+    reply = client.chat.completions.create(model="podium", messages=msgs())
+    assert reply.object == "chat.completion" and reply.model == "podium"
+    assert reply.id.startswith("chatcmpl-") and isinstance(reply.created, int)
+    choice = reply.choices[0]
+    assert choice.message.role == "assistant"
+    assert choice.message.content == "<answer>7</answer>"  # the pipeline's answer, as it is
+    assert choice.finish_reason == "stop"
+    usage = reply.usage
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert reply.model_extra["podium"]["calls"] == 2  # the Conductor and one worker
+    assert "podium_trace_id" not in reply.model_extra  # only when asked
+
+
+def test_async_completions_run_concurrently(server):
+    async def main():
+        aclient = openai.AsyncOpenAI(base_url=f"{server.base}/v1", api_key=OTHER_KEY,
+                                     max_retries=0)
+        t0 = time.perf_counter()
+        replies = await asyncio.gather(*[
+            aclient.chat.completions.create(model="podium", messages=msgs(f"What is {i} + 1?"),
+                                            extra_body={"workers": ["slow"]})
+            for i in range(3)])
+        await aclient.close()
+        return replies, time.perf_counter() - t0
+
+    replies, wall = asyncio.run(main())
+    assert [r.choices[0].message.content for r in replies] == [
+        f"<answer>{i + 1}</answer>" for i in range(3)]
+    assert wall < 2.5  # three one-second runs side by side, not one after another
+
+
+def test_streaming(client):
+    stream = client.chat.completions.create(model="podium", messages=msgs(), stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert all(c.object == "chat.completion.chunk" and c.model == "podium" for c in chunks)
+    assert len({c.id for c in chunks}) == 1
+    with_choice = [c for c in chunks if c.choices]
+    reasoning = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+                        for c in with_choice)
+    content = "".join(c.choices[0].delta.content or "" for c in with_choice)
+    assert "Workflow: 1 step" in reasoning and "Step 0 (worker 0 adder) done" in reasoning
+    assert content == "<answer>7</answer>"  # a client that ignores reasoning gets the answer
+    first_content = next(i for i, c in enumerate(with_choice) if c.choices[0].delta.content)
+    last_reasoning = max(i for i, c in enumerate(with_choice)
+                         if (c.choices[0].delta.model_extra or {}).get("reasoning_content"))
+    assert last_reasoning < first_content  # progress first, then the answer
+    assert with_choice[-1].choices[0].finish_reason == "stop"
+    assert not chunks[-1].choices and chunks[-1].usage is not None  # the usage chunk, last
+    assert chunks[-1].usage.total_tokens >= 0
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_streaming_without_usage_and_done_marker(http):
+    with http.stream("POST", "/v1/chat/completions", headers=auth(),
+                     json=body(stream=True)) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        events = [line[len("data: "):] for line in resp.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all("usage" not in c for c in chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+# --- per-request options --------------------------------------------------------------------
+
+def test_workers_option_from_extra_body_and_metadata(client):
+    # `zero` is pool worker 1; the Conductor writes worker 0, outside the sub-pool, so the
+    # run falls back to the sub-pool's first worker, which answers 0.
+    reply = client.chat.completions.create(model="podium", messages=msgs(),
+                                           extra_body={"workers": ["zero"]})
+    assert reply.choices[0].message.content == "<answer>0</answer>"
+    reply = client.chat.completions.create(model="podium", messages=msgs(),
+                                           metadata={"workers": "zero"})
+    assert reply.choices[0].message.content == "<answer>0</answer>"
+
+
+def test_recursion_option(client):
+    reply = client.chat.completions.create(model="podium", messages=msgs(),
+                                           extra_body={"recursion": 1})
+    assert reply.model_extra["podium"]["calls"] == 4  # plan, step, revise, step
+    assert reply.choices[0].message.content == "<answer>7</answer>"
+
+
+def test_budget_option_cuts_the_run_short(http):
+    resp = http.post("/v1/chat/completions", headers=auth(), json=body(max_calls=1))
+    assert resp.status_code == 500
+    err = resp.json()["error"]
+    assert err["code"] == "no_answer" and "max_calls" in err["message"]
+
+
+def test_unknown_worker_is_400(http):
+    resp = http.post("/v1/chat/completions", headers=auth(), json=body(workers=["nobody"]))
+    assert resp.status_code == 400
+    err = resp.json()["error"]
+    assert err["param"] == "workers" and "nobody" in err["message"] and "adder" in err["message"]
+
+
+def test_trace_by_id(client, http, server):
+    raw = client.chat.completions.with_raw_response.create(
+        model="podium", messages=[{"role": "system", "content": "Be exact."},
+                                  {"role": "user", "content": "What is 1 + 1?"},
+                                  {"role": "assistant", "content": "<answer>2</answer>"},
+                                  {"role": "user", "content": Q}],
+        extra_body={"return_trace_id": True})
+    reply = raw.parse()
+    tid = reply.model_extra["podium_trace_id"]
+    assert raw.headers["x-podium-trace-id"] == tid
+    resp = http.get(f"/v1/traces/{tid}", headers=auth())
+    assert resp.status_code == 200
+    trace = resp.json()
+    path = server.config.trace_dir / f"{tid}.json"
+    assert trace == json.loads(path.read_text())
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert trace["id"] == tid and trace["answer"] == reply.choices[0].message.content
+    assert trace["options"] == {"return_trace_id": True}
+    question = trace["question"]
+    assert question.index("<conversation>") < question.index("[system]\nBe exact.") \
+        < question.index("[assistant]\n<answer>2</answer>") < question.index("</conversation>") \
+        < question.rindex(Q)
+    assert [s["worker"] for s in trace["workflow"]] == ["adder"]
+    assert trace["steps"][0]["status"] == "ok" and trace["used"]["calls"] == 2
+    assert trace["conductor"][0]["completion"]
+
+
+def test_trace_auth_and_unknown_ids(http):
+    assert http.get(f"/v1/traces/{new_id()}").status_code == 401
+    for bad in (new_id(), "tr-xyz", "..%2F..%2Fetc%2Fpasswd", "%2e%2e"):
+        resp = http.get(f"/v1/traces/{bad}", headers=auth())
+        assert resp.status_code == 404, bad
+        assert resp.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_trace_store_keeps_the_newest(tmp_path):
+    store = TraceStore(tmp_path / "t", keep=3)
+    ids = [new_id() for _ in range(5)]
+    for i, tid in enumerate(ids):
+        store.write(tid, {"n": i})
+        time.sleep(0.01)
+    assert sorted(p.stem for p in (tmp_path / "t").iterdir()) == sorted(ids[2:])
+    assert store.read(ids[0]) is None and store.read(ids[4]) == {"n": 4}
+    assert stat.S_IMODE((tmp_path / "t").stat().st_mode) == 0o700
+    again = TraceStore(tmp_path / "t", keep=2)  # the order is rebuilt from the files
+    assert sorted(p.stem for p in (tmp_path / "t").iterdir()) == sorted(ids[3:])
+    assert again.path("../x") is None and again.path("tr-" + "0" * 31 + "/") is None
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+def test_auth_errors(http):
+    resp = http.post("/v1/chat/completions", json=body())
+    assert resp.status_code == 401 and resp.headers["www-authenticate"] == "Bearer"
+    assert resp.json()["error"]["code"] == "missing_api_key"
+    wrong = "sk-wrong-key-abcdef123456"
+    resp = http.post("/v1/chat/completions", json=body(), headers=auth(wrong))
+    assert resp.status_code == 401 and resp.json()["error"]["code"] == "invalid_api_key"
+    assert wrong not in resp.text and KEY not in resp.text
+    assert http.get("/v1/models", headers={"Authorization": KEY}).status_code == 401  # no scheme
+    assert http.get("/v1/models", headers=auth(OTHER_KEY)).status_code == 200
+
+
+def test_openai_client_raises_typed_errors(server):
+    bad = openai.OpenAI(base_url=f"{server.base}/v1", api_key="sk-nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.chat.completions.create(model="podium", messages=msgs())
+    good = openai.OpenAI(base_url=f"{server.base}/v1", api_key=KEY, max_retries=0)
+    with pytest.raises(openai.NotFoundError) as info:
+        good.chat.completions.create(model="gpt-4o", messages=msgs())
+    assert info.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError):
+        good.chat.completions.create(model="podium", messages=msgs(), max_tokens=0)
+
+
+def error_of(resp: httpx.Response, status: int) -> dict:
+    assert resp.status_code == status, resp.text
+    err = resp.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    return err
+
+
+def test_unknown_route_and_method(http):
+    err = error_of(http.get("/v1/nothing", headers=auth()), 404)
+    assert "/v1/chat/completions" in err["message"]
+    error_of(http.get("/v1/chat/completions", headers=auth()), 405)
+
+
+def test_body_too_large(http):
+    big = body(messages=msgs("x" * 100_000))
+    err = error_of(http.post("/v1/chat/completions", headers=auth(), json=big), 413)
+    assert "--max-request-bytes" in err["message"]
+
+    def chunked():  # no Content-Length: counted while it is read
+        data = json.dumps(big).encode()
+        for i in range(0, len(data), 8192):
+            yield data[i:i + 8192]
+
+    error_of(http.post("/v1/chat/completions", headers=auth(), content=chunked()), 413)
+
+
+@pytest.mark.parametrize("payload, param", [
+    (b"{not json", None),
+    (b"[1, 2]", None),
+    (json.dumps(body(max_tokens=0)).encode(), "max_tokens"),
+    (json.dumps(body(max_tokens=-3)).encode(), "max_tokens"),
+    (json.dumps(body(max_tokens="5")).encode(), "max_tokens"),
+    (json.dumps(body(max_tokens=2.5)).encode(), "max_tokens"),
+    (json.dumps(body(max_tokens=True)).encode(), "max_tokens"),
+    (json.dumps(body(max_completion_tokens=0)).encode(), "max_completion_tokens"),
+    (json.dumps({"model": "podium"}).encode(), "messages"),
+    (json.dumps(body(messages=[])).encode(), "messages"),
+    (json.dumps(body(messages=[{"role": "user", "content": "  "}])).encode(),
+     "messages.0.content"),
+    (json.dumps(body(messages=[{"role": "assistant", "content": "hi"}])).encode(),
+     "messages.0.role"),
+    (json.dumps(body(messages=[{"role": "wizard", "content": "hi"}])).encode(),
+     "messages.0.role"),
+    (json.dumps(body(messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "http://x"}}]}])).encode(),
+     "messages.0.content.0.type"),
+    (json.dumps(body(n=2)).encode(), "n"),
+    (json.dumps(body(tools=[{"type": "function", "function": {"name": "f"}}])).encode(),
+     "tools"),
+    (json.dumps(body(recursion=99)).encode(), "recursion"),
+    (json.dumps(body(stream="yes")).encode(), "stream"),
+])
+def test_bad_requests_are_400(http, payload, param):
+    err = error_of(http.post("/v1/chat/completions", headers={**auth(), "Content-Type":
+                                                              "application/json"},
+                             content=payload), 400)
+    assert err["type"] == "invalid_request_error" and err["param"] == param
+    assert err["message"]
+
+
+def test_good_max_tokens_and_text_parts_are_accepted(http):
+    resp = http.post("/v1/chat/completions", headers=auth(), json=body(
+        max_tokens=5, max_completion_tokens=7, temperature=0.3,
+        messages=[{"role": "user", "content": [{"type": "text", "text": Q}]}]))
+    assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"] == \
+        "<answer>7</answer>"
+
+
+def test_worker_outage_is_502(http, client):
+    err = error_of(http.post("/v1/chat/completions", headers=auth(),
+                             json=body(workers=["down"], return_trace_id=True)), 502)
+    assert err["code"] == "worker_failed" and "down" in err["message"]
+    with pytest.raises(openai.APIError) as info:  # streamed: an error event ends the stream
+        list(client.chat.completions.create(model="podium", messages=msgs(), stream=True,
+                                            extra_body={"workers": ["down"]}))
+    assert "no answer" in str(info.value)
+
+
+def test_too_many_requests(pool_file, tmp_path):
+    with ThreadServer(pool_file, tmp_path / "traces", keys=(KEY,), max_concurrency=1) as srv, \
+            httpx.Client(base_url=srv.base, timeout=30, trust_env=False) as http:
+        slow = body(workers=["slow"])
+        first: dict = {}
+        thread = threading.Thread(target=lambda: first.update(
+            r=http.post("/v1/chat/completions", headers=auth(), json=slow)))
+        thread.start()
+        deadline = time.monotonic() + 5
+        while srv.app.state.slots.in_flight == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        resp = http.post("/v1/chat/completions", headers=auth(), json=body())
+        err = error_of(resp, 429)
+        assert resp.headers["retry-after"] == "1" and err["code"] == "too_many_requests"
+        thread.join(10)
+        assert first["r"].status_code == 200
+        # the slot is given back, after plain and streamed runs alike
+        assert http.post("/v1/chat/completions", headers=auth(), json=body()).status_code == 200
+        with http.stream("POST", "/v1/chat/completions", headers=auth(),
+                         json=body(stream=True)) as resp:
+            assert resp.status_code == 200 and list(resp.iter_lines())
+        assert http.post("/v1/chat/completions", headers=auth(), json=body()).status_code == 200
+
+
+def test_keys_never_reach_logs_or_traces(server, http, logs, client):
+    client.chat.completions.create(model="podium", messages=msgs())
+    http.post("/v1/chat/completions", json=body(), headers=auth("sk-wrong-never-log-me"))
+    http.post("/v1/chat/completions", json=body(workers=["down"]), headers=auth())
+    assert logs.lines  # the capture works: uvicorn and podium did log
+    assert any("podium.serve" in line for line in logs.lines)
+    for secret in (KEY, OTHER_KEY, "sk-wrong-never-log-me"):
+        assert secret not in logs.text
+        for path in server.config.trace_dir.iterdir():
+            assert secret not in path.read_text()
+
+
+# --- the command ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, env, expected", [
+    ([], {}, ["--api-key-env", "--api-key-file", "--no-auth"]),
+    (["--no-auth", "--host", "0.0.0.0"], {}, ["--no-auth", "loopback", "--host 127.0.0.1"]),
+    (["--api-key-env", "PODIUM_SERVE_TEST_UNSET"], {"PODIUM_SERVE_TEST_UNSET": ""},
+     ["PODIUM_SERVE_TEST_UNSET"]),
+    (["--api-key-file", "/nonexistent/keys.txt"], {}, ["--api-key-file"]),
+    (["--no-auth", "--api-key-env", "K"], {"K": "x"}, ["not both"]),
+])
+def test_serve_refuses_unsafe_or_broken_setups(args, env, expected):
+    import subprocess
+
+    from serve_helpers import podium_cli
+
+    proc = subprocess.run(podium_cli("serve", *args), capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "200", **env})
+    assert proc.returncode == 2, proc.stderr
+    for part in expected:
+        assert part in proc.stderr
+    assert "Traceback" not in proc.stderr
