@@ -89,6 +89,12 @@ async def _run(args: dict, console: Console) -> dict:
     if args["no_cache"]:
         update["cache"] = False
     settings = pool.run.model_copy(update=update)
+    from podium.scoring.sandbox import require_isolation
+
+    # model-written code runs only fully isolated, or with --allow-unisolated (then recorded);
+    # checked before the --out folder is created, so a refused run leaves nothing behind
+    args = {**args, "isolation": require_isolation(
+        task, allow_unisolated=args.get("allow_unisolated", False))}
     try:
         out = prepare_folder(Path(args["out"]))
         with FolderLock(out):  # held until the summary is written: a second run is refused
@@ -122,10 +128,7 @@ async def _run_locked(args: dict, console: Console, task, items: list, pool, set
         err.print(f"[yellow]warning:[/] {escape(text)}", soft_wrap=True)
 
     path = out / RESULTS
-    from podium.scoring.sandbox import require_isolation
-
-    # model-written code runs only fully isolated, or with --allow-unisolated (then recorded)
-    isolation = require_isolation(task, allow_unisolated=args.get("allow_unisolated", False))
+    isolation = args["isolation"]
     meta = {"task": task.name, "system": args["system"], "split": split, "seed": args["seed"],
             "preset": args["preset"], "n": len(items), "conductor": args.get("conductor"),
             "repeats": args["repeats"], "pool": pool.source,
