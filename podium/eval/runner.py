@@ -157,7 +157,8 @@ class ResultWriter:
 
 def run_record(result: RunResult) -> dict[str, Any]:
     """The record of one graded run: its outcome as the pipeline built it, the final workflow
-    and the grade's fields at the top level (status, correct, score, extracted, reason)."""
+    and the grade's fields at the top level (status, correct, score, extracted, reason, and
+    the grader's details where it gives any, e.g. the sandbox's isolation)."""
     out = result.outcome
     data = out.to_json()
     grade = data.pop("grade", None) or {}
@@ -169,6 +170,7 @@ def run_record(result: RunResult) -> dict[str, Any]:
         "score": grade.get("score", 0.0) if out.status == "ok" else 0.0,
         "extracted": grade.get("extracted"),
         "reason": reason,
+        **({"grade_details": grade["details"]} if grade.get("details") else {}),
         **data,
         "workflow": [{"worker": s.worker, "name": s.worker_name, "access": access_json(s.access)}
                      for s in (final.run.steps if final.run else [])],

@@ -308,7 +308,9 @@ def test_full_isolation_is_recorded_with_every_grade(ev):
     assert ev.meta()["isolation"] == "full"
     records = ev.records()
     assert len(records) == 2 and all(r["correct"] for r in records)
-    # the grade's details (sandbox status, isolation applied) reach the trace
+    for record in records:  # the grade's details reach the results file
+        assert {"netns", "pidns", "seccomp"} <= set(record["grade_details"]["isolation"])
+    # and the trace
     traces = sorted((ev.out / "traces").iterdir())
     assert len(traces) == 2
     for trace in traces:
