@@ -14,6 +14,11 @@ alike (accuracy, tokens, calls, cost, latency). Spec strings, as `podium eval --
                             (default k = 5)
     pipeline[:P,E,V]        fixed planner -> executor -> verifier chain (default workers 0,1,2)
     random                  a random workflow per question (random length, workers, access)
+    openai:URL[:MODEL]      any OpenAI-compatible model as a black box: one call per question,
+                            the bare question as the only message (the paper's OOD protocol;
+                            `podium serve` itself, or a single worker served alone). MODEL may
+                            also follow a '#'; the key, if the server needs one, is read from
+                            $PODIUM_SYSTEM_API_KEY. Build the pool with `blackbox_pool`.
 
 Workers in a baseline see the same message layout as a Conductor's workers (preamble, overall
 task, visible steps, subtask), so the comparison isolates what the Conductor decides.
@@ -27,6 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
 from podium.pipeline import Pipeline, RunResult
 from podium.scoring.base import extract_answer
@@ -101,6 +107,43 @@ def _count(parts: list[str], default: int, spec: str) -> int:
     return int(parts[2])
 
 
+def parse_blackbox(spec: str) -> tuple[str, str] | None:
+    """(base URL, model) of an `openai:URL[:MODEL]` / `openai:URL#MODEL` spec; None for any
+    other system. A trailing `:NAME` is a model unless it is a port (digits) or a path."""
+    if not spec.startswith("openai:"):
+        return None
+    rest = spec[len("openai:"):]
+    url, _, model = rest.partition("#")
+    if not model:
+        head, sep, tail = url.rpartition(":")
+        if sep and tail and not tail.isdigit() and "/" not in tail and "//" in head:
+            url, model = head, tail
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"--system {spec!r}: give an http(s) URL of an OpenAI-compatible "
+                          "server, e.g. openai:http://127.0.0.1:8000/v1:podium")
+    return url.rstrip("/"), model or "podium"
+
+
+def blackbox_pool(spec: str, pool: Pool) -> tuple[Pool, RunSettings]:
+    """The pool for `openai:URL[:MODEL]`: its one worker is that endpoint, asked the bare
+    question (run.worker_messages = "question"); the Conductor is never called."""
+    import os
+
+    from podium.config import ModelSpec
+
+    parsed = parse_blackbox(spec)
+    if parsed is None:
+        raise ConfigError(f"{spec!r} is not an openai:URL[:MODEL] system")
+    url, model = parsed
+    key_env = "PODIUM_SYSTEM_API_KEY" if os.environ.get("PODIUM_SYSTEM_API_KEY") else None
+    worker = ModelSpec(name=model, backend="openai", base_url=url, model=model,
+                       api_key_env=key_env)
+    pool = pool.model_copy(update={"workers": [worker]})
+    settings = pool.run.model_copy(update={"worker_messages": "question",
+                                           "worker_prefill": False})
+    return pool.model_copy(update={"run": settings}), settings
+
+
 def build_system(spec: str, pipeline: Pipeline) -> System:
     """A `System` from a spec string (see the module docstring)."""
     parts = spec.split(":")
@@ -108,6 +151,10 @@ def build_system(spec: str, pipeline: Pipeline) -> System:
     n = len(pipeline.pool.workers)
     if kind == "conductor" and len(parts) == 1:
         return System(spec, pipeline)
+    if kind == "openai":
+        parse_blackbox(spec)  # the pool is blackbox_pool's: worker 0 is the endpoint
+        ask = Workflow.of([(0, SOLVE, ())])
+        return System(spec, pipeline, lambda q, s: ask)
     if kind == "random" and len(parts) == 1:
         max_steps = pipeline.settings.max_steps
 
@@ -152,5 +199,6 @@ def build_system(spec: str, pipeline: Pipeline) -> System:
         return System(spec, pipeline, lambda q, s: wf, vote=kind == "vote")
     raise ConfigError(
         f"Unknown --system {spec!r}. Use conductor, single:W, moa[:W1,W2], self-moa:W[:k], "
-        "vote:W[:k], reflect:W[:k], pipeline[:P,E,V] or random (W = a worker name or index)."
+        "vote:W[:k], reflect:W[:k], pipeline[:P,E,V], random (W = a worker name or index) or "
+        "openai:URL[:MODEL]."
     )

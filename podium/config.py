@@ -196,6 +196,10 @@ class RunSettings(_Frozen):
     fallback_worker: int = Field(0, ge=0)
     worker_prefill: bool = Field(True, description="End each worker's messages with a short "
                                  "assistant prefill.")
+    worker_messages: Literal["team", "question"] = Field(
+        "team", description="team: a worker sees the team's layout (preamble, overall task, "
+        "visible steps, subtask); question: the bare question only, as a black-box model is "
+        "asked (podium eval --system openai:URL).")
     share_agent_subtasks: bool = Field(False, description="Show every worker the whole plan.")
     final_agent_knowledge: bool = Field(False, description="Tell the last worker its output is "
                                         "the final answer.")

@@ -108,6 +108,7 @@ def exec_options(settings: RunSettings) -> ExecOptions:
             share_agent_subtasks=settings.share_agent_subtasks,
             final_agent_knowledge=settings.final_agent_knowledge,
             previous_round_visibility=settings.previous_round_visibility,
+            question_only=settings.worker_messages == "question",
         ),
     )
 

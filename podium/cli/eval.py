@@ -88,6 +88,10 @@ async def _run(args: dict, console: Console) -> dict:
     update = {"fallback": args["fallback"]}
     if args["no_cache"]:
         update["cache"] = False
+    from podium.baselines import blackbox_pool, parse_blackbox
+
+    if parse_blackbox(args["system"]):  # openai:URL — the endpoint is the only worker
+        pool, _ = blackbox_pool(args["system"], pool)
     settings = pool.run.model_copy(update=update)
     from podium.scoring.sandbox import require_isolation
 

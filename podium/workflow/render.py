@@ -49,6 +49,7 @@ class MessageOptions:
     share_agent_subtasks: bool = False
     final_agent_knowledge: bool = False
     previous_round_visibility: Literal["any_all", "per_step"] = "any_all"
+    question_only: bool = False  # the worker is a black box: it gets the bare question
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,8 @@ def worker_messages(
     options: MessageOptions = MessageOptions(),
 ) -> list[Message]:
     """Messages for step `index`. `responses[j]` is step j's response (only visible j are read)."""
+    if options.question_only:
+        return [{"role": "user", "content": question}]
     step = workflow.steps[index]
     parts = [PREAMBLE, f"<overall_task>\n{question}\n</overall_task>"]
     if previous_round and sees_previous_round(workflow, index, options):
