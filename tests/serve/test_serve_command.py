@@ -86,3 +86,20 @@ def test_embedded_team_streams_and_answers(embedded):
     assert trace["answer"] == reply.choices[0].message.content
     assert trace["conductor"][0]["constrained"] is True
     assert {s["worker_name"] for s in trace["steps"]} <= {"smol-precise", "smol-creative"}
+
+
+def test_port_in_use_is_a_configuration_error(pool_file, tmp_path):
+    import socket
+    import subprocess
+
+    from serve_helpers import podium_cli
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(podium_cli("serve", "--no-auth", "--port", str(port), "--pool",
+                                         str(pool_file), "--trace-dir", str(tmp_path / "t")),
+                              capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "--port" in proc.stderr and "Traceback" not in proc.stderr

@@ -351,3 +351,27 @@ def test_serve_refuses_unsafe_or_broken_setups(args, env, expected):
     for part in expected:
         assert part in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_question_that_is_not_text_is_400(http):
+    payload = b'{"model": "podium", "messages": [{"role": "user", "content": "\\ud800 hi"}]}'
+    err = error_of(http.post("/v1/chat/completions", headers=auth(), content=payload), 400)
+    assert "UTF-8" in err["message"] and err["param"] == "messages"
+
+
+def test_key_file_and_loopback_rules(tmp_path, monkeypatch):
+    from podium.errors import ConfigError
+    from podium.serve.auth import check_auth_setup, is_loopback, load_keys
+
+    keys = tmp_path / "keys.txt"
+    keys.write_text("# team keys\nsk-one\n\n  sk-two  \n")
+    monkeypatch.setenv("PODIUM_SERVE_TEST_KEY", "sk-env")
+    assert load_keys("PODIUM_SERVE_TEST_KEY", str(keys)) == ("sk-env", "sk-one", "sk-two")
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"):
+        assert is_loopback(host)
+        check_auth_setup((), True, host)
+    for host in ("0.0.0.0", "::", "192.168.1.4", "example.com"):
+        assert not is_loopback(host)
+        with pytest.raises(ConfigError, match="--no-auth"):
+            check_auth_setup((), True, host)
+    check_auth_setup(("k",), False, "0.0.0.0")  # keys: any address
