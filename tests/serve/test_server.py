@@ -375,3 +375,18 @@ def test_key_file_and_loopback_rules(tmp_path, monkeypatch):
         with pytest.raises(ConfigError, match="--no-auth"):
             check_auth_setup((), True, host)
     check_auth_setup(("k",), False, "0.0.0.0")  # keys: any address
+
+
+def test_a_client_that_leaves_a_stream_cancels_its_run(pool_file, tmp_path):
+    with ThreadServer(pool_file, tmp_path / "traces", keys=(KEY,), max_concurrency=1) as srv, \
+            httpx.Client(base_url=srv.base, timeout=30, trust_env=False) as http:
+        with http.stream("POST", "/v1/chat/completions", headers=auth(),
+                         json=body(stream=True, workers=["slow"])) as resp:
+            lines = resp.iter_lines()
+            assert next(lines).startswith("data: ")  # the run has started; now hang up
+        deadline = time.monotonic() + 5
+        while srv.app.state.slots.in_flight and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert srv.app.state.slots.in_flight == 0
+        assert not list((tmp_path / "traces").iterdir())  # cancelled before it finished
+        assert http.post("/v1/chat/completions", headers=auth(), json=body()).status_code == 200
