@@ -20,6 +20,7 @@ becomes a `WorkerError` here, like a provider's error in the network backends.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib.util
 import threading
 import time
@@ -92,6 +93,19 @@ class _Loaded:
 # two loads may overlap (see the module docstring).
 _MODELS: dict[tuple[str, int], _Loaded] = {}
 _LOAD_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_models() -> None:
+    """Free every model while llama.cpp is still whole: left to the garbage collector at
+    interpreter exit, `Llama.__del__` runs after its module globals are gone and prints a
+    TypeError traceback per model."""
+    while _MODELS:
+        _, loaded = _MODELS.popitem()
+        try:
+            loaded.llm.close()
+        except Exception:  # noqa: BLE001 - exiting anyway; nothing to report to
+            pass
 
 
 class ModelStore:
