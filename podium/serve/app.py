@@ -2,6 +2,7 @@
 
     POST /v1/chat/completions   run the pipeline on the conversation (JSON, or SSE when
                                 `stream` is true)
+    POST /v1/responses          the same through the Responses API (podium.serve.responses_api)
     GET  /v1/models             the one model, `podium`  (also /v1/models/podium)
     GET  /v1/traces/{id}        a request's trace (ids from `return_trace_id`)
     GET  /health                {"status": "ok"}; the only route without a key
@@ -39,6 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from podium.errors import ConfigError
 from podium.pipeline import Pipeline
 from podium.serve import responses as R
+from podium.serve import responses_api as RA
 from podium.serve.auth import KeyCheck
 from podium.serve.errors import ApiError, bad_request
 from podium.serve.protocol import ChatRequest, Options, parse_body, question_of
@@ -110,7 +112,8 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 404:
             msg = (f"No route {request.method} {request.url.path}. The routes are POST "
-                   "/v1/chat/completions, GET /v1/models, GET /v1/traces/{id}, GET /health.")
+                   "/v1/chat/completions, POST /v1/responses, GET /v1/models, "
+                   "GET /v1/traces/{id}, GET /health.")
             return ApiError(404, msg, code="not_found").response()
         if exc.status_code == 405:
             return ApiError(405, f"{request.method} is not allowed on {request.url.path}.",
@@ -182,7 +185,101 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
         return JSONResponse(R.completion_json(cid, created, MODEL, result, shown_tid),
                             headers=headers)
 
+    @app.post("/v1/responses", dependencies=[Depends(auth)])
+    async def responses(request: Request):
+        req, opts, messages = RA.parse_responses_body(
+            await _read_body(request, config.max_request_bytes))
+        if req.model != MODEL:
+            raise _no_model(req.model)
+        question = RA.question(messages)
+        workers = _workers(pipeline, opts)
+        pipe = _variant(pipeline, opts)
+        if not slots.take():
+            raise ApiError(429, f"The server is running {slots.limit} requests, its limit "
+                           "(--max-concurrency). Retry after the Retry-After seconds.",
+                           code="too_many_requests",
+                           headers={"Retry-After": str(config.retry_after_s)})
+        ids, tid, created = RA.new_ids(), new_id(), int(time.time())
+        run = _start(pipe, question, workers, names, traces, tid, req, opts, slots)
+        headers = {"X-Podium-Trace-Id": tid} if opts.return_trace_id else {}
+        shown_tid = tid if opts.return_trace_id else None
+        if req.stream:
+            return StreamingResponse(
+                _stream_response(run, req, ids, created, shown_tid),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
+        result = await run.task
+        if result.answer is None:
+            err = R.no_answer_error(result)
+            err.headers.update(headers)
+            raise err
+        return JSONResponse(RA.response_json(
+            ids[0], created, MODEL, req, output=[RA.message_item(ids[2], result.answer)],
+            result=result, trace_id=shown_tid), headers=headers)
+
     return app
+
+
+async def _stream_response(run: Run, req, ids: tuple[str, str, str], created: int,
+                           tid: str | None) -> AsyncIterator[str]:
+    """The Responses API's events for one run (see podium.serve.responses_api)."""
+    rid, rsid, mid = ids
+    ev = RA.EventStream()
+
+    def whole(status: str, **more) -> dict:
+        return RA.response_json(rid, created, MODEL, req, status=status, trace_id=tid, **more)
+
+    try:
+        yield ev.event("response.created", response=whole("in_progress"))
+        yield ev.event("response.in_progress", response=whole("in_progress"))
+        yield ev.event("response.output_item.added", output_index=0,
+                       item={"type": "reasoning", "id": rsid, "summary": [], "content": [],
+                             "status": "in_progress"})
+        lines: list[str] = []
+        while True:
+            try:
+                line = await asyncio.wait_for(run.events.get(), KEEPALIVE_S)
+            except TimeoutError:
+                yield ": keep-alive\n\n"
+                continue
+            if line is None:
+                break
+            lines.append(line + "\n")
+            yield ev.event("response.reasoning_text.delta", item_id=rsid, output_index=0,
+                           content_index=0, delta=line + "\n")
+        thought = "".join(lines)
+        reasoning = {"type": "reasoning", "id": rsid, "summary": [], "status": "completed",
+                     "content": [{"type": "reasoning_text", "text": thought}]}
+        yield ev.event("response.reasoning_text.done", item_id=rsid, output_index=0,
+                       content_index=0, text=thought)
+        yield ev.event("response.output_item.done", output_index=0, item=reasoning)
+        result, error = None, None
+        try:
+            result = run.task.result()
+        except ApiError as exc:
+            error = exc
+        except Exception as exc:  # logged by the task's done callback
+            error = ApiError(500, f"podium failed unexpectedly ({type(exc).__name__}); the "
+                             "server log has the traceback.", code="internal")
+        else:
+            if result.answer is None:
+                error = R.no_answer_error(result)
+        if error is not None:
+            body = error.body()["error"]
+            yield ev.event("error", code=body["code"], message=body["message"],
+                           param=body["param"])
+            yield ev.event("response.failed", response=whole(
+                "failed", output=[reasoning], result=result,
+                error={"code": body["code"] or "server_error", "message": body["message"]}))
+            return
+        for event in ev.answer(mid, result.answer):
+            yield event
+        yield ev.event("response.completed", response=whole(
+            "completed", output=[reasoning, RA.message_item(mid, result.answer)],
+            result=result))
+    finally:
+        if not run.task.done():
+            run.task.cancel()  # the client went away: stop paying for the run
 
 
 def _no_model(model: str) -> ApiError:

@@ -1,0 +1,186 @@
+"""The Responses API wire format (`POST /v1/responses`): text in, text out, streamed events.
+
+Enough of OpenAI's newer API for clients that speak only it: `input` is a string or a list of
+messages (`{"role", "content"}` with a string or `input_text` / `output_text` parts, with or
+without `"type": "message"`), `instructions` is a system message before them, and the
+conversation becomes one question exactly as for chat completions (`protocol.question_of`).
+podium's per-request options (`workers`, `recursion`, `max_calls`, `max_cost`,
+`return_trace_id`) are read the same way, from the top level (`extra_body`) or `metadata`.
+Tools, `previous_response_id` and non-text input are refused with a 400 naming the field.
+
+The response holds one `message` output item with one `output_text` part (the team's answer,
+as the pipeline gives it; `response.output_text` in the openai client), `usage` as
+`input_tokens` / `output_tokens` / `total_tokens` over every call the run made, and the same
+`podium` field as chat completions.
+
+Streaming sends the standard events, each with its `sequence_number`:
+
+    response.created, response.in_progress
+    response.output_item.added            a `reasoning` item (output 0)
+    response.reasoning_text.delta  ...    the progress lines (workflow, steps), one per event
+    response.reasoning_text.done, response.output_item.done
+    response.output_item.added            the `message` item (output 1)
+    response.content_part.added
+    response.output_text.delta     ...    the answer
+    response.output_text.done, response.content_part.done, response.output_item.done
+    response.completed                    the whole response, usage included
+
+A run without an answer ends the stream with an `error` event (and `response.failed`). A
+client that reads only `response.output_text.delta` gets a clean answer.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+
+from podium.serve.errors import ApiError, bad_request
+from podium.serve.protocol import ChatMessage, Options, _options, _validation_error, question_of
+from podium.serve.responses import answer_pieces, podium_json
+
+TEXT_TYPES = ("input_text", "output_text", "text")
+
+
+class ResponsesRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str
+    input: str | list[Any]
+    instructions: str | None = None
+    stream: StrictBool = False
+    max_output_tokens: StrictInt | None = Field(None, gt=0)
+    metadata: dict[str, Any] | None = None
+
+
+def parse_responses_body(raw: bytes) -> tuple[ResponsesRequest, Options, list[ChatMessage]]:
+    """The request, its podium options and its conversation as chat messages (or a 400)."""
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise bad_request(f"The request body is not valid JSON ({exc}). Send a JSON object "
+                          "with Content-Type: application/json.", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise bad_request("The request body must be a JSON object.", code="invalid_json")
+    try:
+        req = ResponsesRequest.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(exc) from None
+    for key in ("tools", "tool_choice", "previous_response_id", "conversation", "prompt"):
+        if data.get(key) not in (None, [], "none", "auto"):
+            raise bad_request(f"'{key}' is not supported by the podium model: it answers the "
+                              "conversation it is sent with text. Leave it out.", param=key,
+                              code="unsupported_parameter")
+    return req, _options(data, req.metadata or {}), _messages(req)
+
+
+def _messages(req: ResponsesRequest) -> list[ChatMessage]:
+    messages = [ChatMessage(role="system", content=req.instructions)] if req.instructions \
+        else []
+    if isinstance(req.input, str):
+        return [*messages, ChatMessage(role="user", content=req.input)]
+    if not req.input:
+        raise bad_request("input is empty. Send the question as a string, or a list of "
+                          "messages ending with the user's.", param="input")
+    for i, item in enumerate(req.input):
+        where = f"input.{i}"
+        if not isinstance(item, dict) or item.get("type", "message") != "message" \
+                or "role" not in item:
+            kind = item.get("type") if isinstance(item, dict) else type(item).__name__
+            raise bad_request(f"{where} is a {kind!r} item; the podium model reads messages "
+                              '({"role": "user", "content": "..."}) only.', param=where)
+        content = item.get("content")
+        if isinstance(content, list):
+            parts = []
+            for j, part in enumerate(content):
+                if not isinstance(part, dict) or part.get("type") not in TEXT_TYPES:
+                    kind = part.get("type") if isinstance(part, dict) else part
+                    raise bad_request(f"Content part of type {kind!r} is not supported: the "
+                                      "team reads text only (input_text parts or a string).",
+                                      param=f"{where}.content.{j}.type")
+                parts.append({"type": "text", "text": str(part.get("text") or "")})
+            content = parts
+        try:
+            messages.append(ChatMessage(role=item["role"], content=content))
+        except ValidationError as exc:
+            raise _validation_error(exc, prefix=f"{where}.") from None
+    return messages
+
+
+def question(messages: list[ChatMessage]) -> str:
+    try:
+        return question_of(messages)
+    except ApiError as exc:  # name the Responses field, not the chat one
+        exc.param = (exc.param or "").replace("messages", "input", 1) or None
+        raise
+
+
+def usage_json(result) -> dict[str, Any]:
+    used = result.outcome.used
+    return {"input_tokens": used.prompt_tokens, "output_tokens": used.completion_tokens,
+            "total_tokens": used.total_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0}}
+
+
+def new_ids() -> tuple[str, str, str]:
+    """(response id, reasoning item id, message item id)."""
+    hexa = uuid.uuid4().hex
+    return f"resp_{hexa}", f"rs_{hexa}", f"msg_{hexa}"
+
+
+def message_item(mid: str, text: str | None, status: str = "completed") -> dict[str, Any]:
+    content = [] if text is None else [{"type": "output_text", "text": text,
+                                        "annotations": []}]
+    return {"type": "message", "id": mid, "status": status, "role": "assistant",
+            "content": content}
+
+
+def response_json(rid: str, created: int, model: str, req: ResponsesRequest, *,
+                  status: str = "completed", output: list | None = None, result=None,
+                  trace_id: str | None = None, error: dict | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": rid, "object": "response", "created_at": created, "status": status,
+        "model": model, "output": output or [], "error": error, "incomplete_details": None,
+        "instructions": req.instructions, "metadata": req.metadata or {},
+        "max_output_tokens": req.max_output_tokens, "parallel_tool_calls": False,
+        "temperature": None, "top_p": None, "tool_choice": "none", "tools": [],
+        "usage": usage_json(result) if result is not None else None,
+    }
+    if result is not None:
+        body["podium"] = podium_json(result)
+    if trace_id:
+        body["podium_trace_id"] = trace_id
+    return body
+
+
+class EventStream:
+    """Numbers and frames the SSE events of one streamed response."""
+
+    def __init__(self) -> None:
+        self.sequence = 0
+
+    def event(self, kind: str, **fields: Any) -> str:
+        body = {"type": kind, "sequence_number": self.sequence, **fields}
+        self.sequence += 1
+        return f"event: {kind}\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+    def answer(self, mid: str, text: str) -> list[str]:
+        """The message item's events, from added to done, with the answer as deltas."""
+        out = [self.event("response.output_item.added", output_index=1,
+                          item=message_item(mid, None, "in_progress")),
+               self.event("response.content_part.added", item_id=mid, output_index=1,
+                          content_index=0,
+                          part={"type": "output_text", "text": "", "annotations": []})]
+        for piece in answer_pieces(text):
+            out.append(self.event("response.output_text.delta", item_id=mid, output_index=1,
+                                  content_index=0, delta=piece, logprobs=[]))
+        out += [self.event("response.output_text.done", item_id=mid, output_index=1,
+                           content_index=0, text=text, logprobs=[]),
+                self.event("response.content_part.done", item_id=mid, output_index=1,
+                           content_index=0,
+                           part={"type": "output_text", "text": text, "annotations": []}),
+                self.event("response.output_item.done", output_index=1,
+                           item=message_item(mid, text))]
+        return out
