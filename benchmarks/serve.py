@@ -1,0 +1,189 @@
+"""What does `podium serve` cost on top of the pipeline it serves?
+
+The same questions answered two ways, side by side, both against one local worker endpoint
+with a fixed latency (`podium.testing.ScriptedServer`, a real HTTP server in its own process):
+
+* **direct**: `Pipeline.ask` in this process, at most C questions in flight;
+* **served**: `podium serve` in its own process (the same pool: a `function` Conductor that
+  sends every question to the one worker, the worker an OpenAI-compatible endpoint), asked
+  through HTTP (`POST /v1/chat/completions` with httpx, keep-alive), at most C requests in
+  flight.
+
+For each concurrency C (default 1, 8 and 32) it reports requests per second and the p50 / p95
+latency of each way, the server's overhead per request (served p50 − direct p50) and the
+served / direct throughput ratio. Targets: overhead under 5 ms p50, and no loss of throughput
+at 32 (served ≥ 95% of direct: the worker endpoint is the bound both ways).
+
+    .venv/bin/python benchmarks/serve.py [--latency 0.05] [--requests 400]
+        [--concurrency 1 8 32] [--out benchmarks/results/serve.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from podium.config import load_pool
+from podium.pipeline import Pipeline
+from podium.testing import ScriptedServer
+
+POOL = """
+[conductor]
+backend = "function"
+function = "podium.testing.workers:one_step"
+
+[[workers]]
+name = "w0"
+backend = "openai"
+base_url = "{base}"
+model = "w0"
+max_concurrency = 256
+retries = 0
+
+[run]
+cache = false
+"""
+OVERHEAD_MS, THROUGHPUT = 5.0, 0.95
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def load(call, n: int, concurrency: int) -> dict:
+    """`n` calls, at most `concurrency` in flight; per-call latency and overall rate."""
+    gate = asyncio.Semaphore(concurrency)
+    times: list[float] = []
+
+    async def one(i: int) -> None:
+        async with gate:
+            t0 = time.perf_counter()
+            await call(i)
+            times.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(n)))
+    wall = time.perf_counter() - t0
+    return {"rps": n / wall, "p50_ms": 1000 * statistics.median(times),
+            "p95_ms": 1000 * pct(times, 0.95), "wall_s": wall}
+
+
+def question(i: int) -> str:
+    return f"What is {i} + {i + 1}?"
+
+
+async def direct(pool_file: Path, n: int, concurrency: int) -> dict:
+    async with Pipeline(load_pool(pool_file)) as pipe:
+        await pipe.ask(question(0))  # warm: clients, connections
+
+        async def call(i: int) -> None:
+            result = await pipe.ask(question(i))
+            assert result.answer is not None, result.outcome.cause
+
+        return await load(call, n, concurrency)
+
+
+async def served(base: str, n: int, concurrency: int) -> dict:
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits,
+                                 trust_env=False) as http:
+        async def call(i: int) -> None:
+            resp = await http.post("/v1/chat/completions", json={
+                "model": "podium", "messages": [{"role": "user", "content": question(i)}]})
+            assert resp.status_code == 200, resp.text
+
+        await call(0)
+        return await load(call, n, concurrency)
+
+
+def start_server(pool_file: Path, port: int, traces: Path, log: Path) -> subprocess.Popen:
+    with open(log, "wb") as fh:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "podium.cli.main", "serve", "--pool", str(pool_file),
+             "--port", str(port), "--no-auth", "--max-concurrency", "256", "--trace-dir",
+             str(traces), "--no-cache"], stdout=fh, stderr=subprocess.STDOUT,
+            env={**os.environ, "NO_PROXY": "127.0.0.1"})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"podium serve exited:\n{log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1,
+                         trust_env=False).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("podium serve did not start within 60 s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--latency", type=float, default=0.05)
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serve.json"))
+    args = parser.parse_args()
+
+    rows = []
+    with ScriptedServer(latency=args.latency, reply_by_model={"w0": "<answer>1</answer>"}) as ws, \
+            tempfile.TemporaryDirectory() as tmp:
+        pool_file = Path(tmp) / "pool.toml"
+        pool_file.write_text(POOL.format(base=ws.base_url))
+        port = free_port()
+        proc = start_server(pool_file, port, Path(tmp) / "traces", Path(tmp) / "serve.log")
+        try:
+            for c in args.concurrency:
+                n = args.requests if c > 1 else max(50, args.requests // 8)
+                d = asyncio.run(direct(pool_file, n, c))
+                s = asyncio.run(served(f"http://127.0.0.1:{port}", n, c))
+                rows.append({"concurrency": c, "requests": n, "direct": d, "served": s,
+                             "overhead_p50_ms": s["p50_ms"] - d["p50_ms"],
+                             "throughput_ratio": s["rps"] / d["rps"]})
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+    print(f"worker latency {1000 * args.latency:.0f} ms · {platform.machine()}, "
+          f"{os.cpu_count()} cores\n")
+    print(f"{'conc':>4}  {'direct rps':>10} {'p50 ms':>7} {'p95 ms':>7}  {'served rps':>10} "
+          f"{'p50 ms':>7} {'p95 ms':>7}  {'overhead p50':>12} {'served/direct':>13}")
+    for r in rows:
+        d, s = r["direct"], r["served"]
+        print(f"{r['concurrency']:>4}  {d['rps']:>10.1f} {d['p50_ms']:>7.1f} {d['p95_ms']:>7.1f}  "
+              f"{s['rps']:>10.1f} {s['p50_ms']:>7.1f} {s['p95_ms']:>7.1f}  "
+              f"{r['overhead_p50_ms']:>9.1f} ms {r['throughput_ratio']:>12.0%}")
+    overhead_ok = all(r["overhead_p50_ms"] < OVERHEAD_MS for r in rows)
+    top = max(rows, key=lambda r: r["concurrency"])
+    throughput_ok = top["throughput_ratio"] >= THROUGHPUT
+    print(f"\ntarget: overhead < {OVERHEAD_MS:g} ms p50 at every concurrency: "
+          f"{'PASS' if overhead_ok else 'MISS'}; served ≥ {THROUGHPUT:.0%} of direct at "
+          f"{top['concurrency']}: {'PASS' if throughput_ok else 'MISS'}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"latency_s": args.latency, "rows": rows,
+                                    "overhead_pass": overhead_ok,
+                                    "throughput_pass": throughput_ok}, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
