@@ -12,9 +12,9 @@ The training settings are configs/train/gym-cpu.toml's (`--set` overrides them);
 the families `--families` (default arithmetic, reverse and count>arithmetic: three specialists,
 a third of the questions chained), question mode or `--mode subtask`.
 
-    .venv/bin/python benchmarks/gym_learning.py [--assignments 1 2 3] [--minutes 25]
+    .venv/bin/python benchmarks/gym_learning.py [--assignments 1 5 7] [--minutes 25]
         [--eval-every 5] [--held-out 30] [--mode question] [--set grpo.learning_rate=2e-5 ...]
-        [--out benchmarks/results/gym_learning.json]
+        [--out benchmarks/results/gym_learning.json] [--with EARLIER.json]
 
 Writes JSON and a PNG learning curve (one line per assignment, the baselines as horizontal
 lines) next to it.
@@ -215,7 +215,11 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--assignments", type=int, nargs="+", default=[1, 2, 3])
+    # seeds 1, 2 and 3 all shuffle the three specialists the same way; 1, 5 and 7 give three
+    # different assignments (a seed whose assignment was already measured is skipped)
+    parser.add_argument("--assignments", type=int, nargs="+", default=[1, 5, 7])
+    parser.add_argument("--with", dest="earlier", type=Path, help="a JSON this script wrote: "
+                        "its assignments are reported, not run again (a stopped run continues)")
     parser.add_argument("--families", nargs="+", default=list(DEFAULT_FAMILIES))
     parser.add_argument("--mode", choices=("question", "subtask"), default="question")
     parser.add_argument("--minutes", type=float, default=25)
@@ -224,10 +228,19 @@ def main() -> None:
     parser.add_argument("--set", action="append", help="a training config override")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gym_learning.json"))
     args = parser.parse_args()
-    results = []
+    from podium.train.gym import assignment, specialists_for
+
+    results = json.loads(args.earlier.read_text())["results"] if args.earlier else []
+    seen = {tuple(r["assignment"]) for r in results}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.assignments:
-            print(f"assignment seed {seed}", flush=True)
+            names = tuple(assignment(seed, specialists_for(args.families)))
+            if names in seen:
+                print(f"assignment seed {seed}: {', '.join(names)} is already measured; "
+                      "skipped", flush=True)
+                continue
+            seen.add(names)
+            print(f"assignment seed {seed}: {', '.join(names)}", flush=True)
             results.append(run_assignment(seed, args, Path(tmp) / f"seed-{seed}"))
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps({"args": {k: v for k, v in vars(args).items()

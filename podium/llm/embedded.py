@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import importlib.util
 import threading
 import time
@@ -102,10 +103,8 @@ def _close_models() -> None:
     TypeError traceback per model."""
     while _MODELS:
         _, loaded = _MODELS.popitem()
-        try:
+        with contextlib.suppress(Exception):  # exiting anyway: nothing to report to
             loaded.llm.close()
-        except Exception:  # noqa: BLE001 - exiting anyway; nothing to report to
-            pass
 
 
 class ModelStore:
