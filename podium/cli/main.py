@@ -227,6 +227,25 @@ def serve_cmd(
         no_cache=no_cache), debug))
 
 
+trace_app = typer.Typer(help="Look at saved traces.", no_args_is_help=True)
+app.add_typer(trace_app, name="trace")
+
+
+@trace_app.command("view")
+def trace_view(
+    file: str = typer.Argument(..., help="A trace: podium ask --trace FILE, podium eval "
+                               "--traces (OUT/traces/*.json) or podium serve's --trace-dir."),
+    out: str = typer.Option(None, "--out", "-o", help="The HTML page to write (default: "
+                            "beside the trace, .html)."),
+    no_open: bool = typer.Option(False, "--no-open", help="Write the page, open no browser."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Draw a trace's workflow (steps, visibility, rounds, every response) in a browser."""
+    from podium.cli.trace import view
+
+    raise typer.Exit(_guard(lambda: view(file, out, not no_open), debug))
+
+
 pool_app = typer.Typer(help="Look at and check a pool file.", no_args_is_help=True)
 app.add_typer(pool_app, name="pool")
 

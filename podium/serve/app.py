@@ -5,6 +5,8 @@
     POST /v1/responses          the same through the Responses API (podium.serve.responses_api)
     GET  /v1/models             the one model, `podium`  (also /v1/models/podium)
     GET  /v1/traces/{id}        a request's trace (ids from `return_trace_id`)
+    GET  /traces, /traces/{id}  the trace viewer: recent traces, one trace drawn (podium.viewer;
+                                a browser may send the key as the Basic-auth password)
     GET  /health                {"status": "ok"}; the only route without a key
 
 One request, top to bottom (`chat`): check the key, read the body (refused past
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from podium.errors import ConfigError
@@ -45,6 +47,7 @@ from podium.serve.auth import KeyCheck
 from podium.serve.errors import ApiError, bad_request
 from podium.serve.protocol import ChatRequest, Options, parse_body, question_of
 from podium.serve.traces import TraceStore, new_id
+from podium.viewer import index_page, trace_page
 
 log = logging.getLogger("podium.serve")
 
@@ -113,7 +116,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
         if exc.status_code == 404:
             msg = (f"No route {request.method} {request.url.path}. The routes are POST "
                    "/v1/chat/completions, POST /v1/responses, GET /v1/models, "
-                   "GET /v1/traces/{id}, GET /health.")
+                   "GET /v1/traces/{id}, GET /traces, GET /traces/{id}, GET /health.")
             return ApiError(404, msg, code="not_found").response()
         if exc.status_code == 405:
             return ApiError(405, f"{request.method} is not allowed on {request.url.path}.",
@@ -154,6 +157,22 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                            "the server keeps the newest traces only).", code="trace_not_found",
                            param="trace_id")
         return data
+
+    def page_auth(request: Request) -> None:
+        check(request.headers.get("authorization"), basic=True)
+
+    @app.get("/traces", dependencies=[Depends(page_auth)], response_class=HTMLResponse)
+    async def trace_list() -> HTMLResponse:
+        return HTMLResponse(index_page(await asyncio.to_thread(traces.recent, 100)))
+
+    @app.get("/traces/{trace_id}", dependencies=[Depends(page_auth)],
+             response_class=HTMLResponse)
+    async def trace_view(trace_id: str) -> HTMLResponse:
+        data = await asyncio.to_thread(traces.read, trace_id)
+        if data is None:
+            raise ApiError(404, "No trace has that id (the server keeps the newest traces "
+                           "only).", code="trace_not_found", param="trace_id")
+        return HTMLResponse(trace_page(data))
 
     @app.post("/v1/chat/completions", dependencies=[Depends(auth)])
     async def chat(request: Request):

@@ -12,6 +12,7 @@ which key nearly matched). Keys are never logged, stored in traces, or echoed in
 
 from __future__ import annotations
 
+import base64
 import hmac
 import ipaddress
 import os
@@ -83,19 +84,29 @@ class KeyCheck:
     def enabled(self) -> bool:
         return bool(self._keys)
 
-    def __call__(self, header: str | None) -> None:
+    def __call__(self, header: str | None, *, basic: bool = False) -> None:
+        """`basic`: also take HTTP Basic auth with the key as the password (any user name),
+        so that a browser can open the trace pages: it asks for the key itself."""
         if not self._keys:
             return
         scheme, _, token = (header or "").partition(" ")
-        given = token.strip().encode("utf-8") if scheme.lower() == "bearer" else b""
+        given = b""
+        if scheme.lower() == "bearer":
+            given = token.strip().encode("utf-8")
+        elif basic and scheme.lower() == "basic":
+            try:
+                given = base64.b64decode(token.strip(), validate=True).partition(b":")[2]
+            except ValueError:
+                given = b""
         ok = False
         for key in self._keys:  # compare with all of them: no early exit
             ok |= hmac.compare_digest(given, key)
+        challenge = {"WWW-Authenticate": 'Basic realm="podium traces"' if basic else "Bearer"}
         if not given:
             raise ApiError(401, "No API key was sent. Send the header 'Authorization: Bearer "
                            "KEY' (the openai client's api_key).", code="missing_api_key",
-                           headers={"WWW-Authenticate": "Bearer"})
+                           headers=challenge)
         if not ok:
             raise ApiError(401, "The API key is not valid for this server. Use a key from the "
                            "server's --api-key-env or --api-key-file.", code="invalid_api_key",
-                           headers={"WWW-Authenticate": "Bearer"})
+                           headers=challenge)

@@ -67,6 +67,18 @@ class TraceStore:
         except (OSError, ValueError):
             return None
 
+    def recent(self, n: int = 100) -> list[dict]:
+        """The newest `n` traces, newest first: id, created, question, answer."""
+        with self._lock:
+            ids = list(self._order)[-n:][::-1]
+        rows = []
+        for trace_id in ids:
+            data = self.read(trace_id)
+            if data is not None:
+                rows.append({"id": trace_id, "created": data.get("created"),
+                             "question": data.get("question"), "answer": data.get("answer")})
+        return rows
+
     def _prune(self) -> None:
         while len(self._order) > self.keep:
             old = self._order.popleft()

@@ -1,0 +1,36 @@
+"""`podium trace view FILE`: draw a saved trace in a browser (podium.viewer)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from podium.errors import ConfigError
+from podium.files import write_private
+
+
+def view(path: str, out: str | None, open_browser: bool) -> int:
+    """Write the viewer page for the trace in `path` and open it; print where it is."""
+    src = Path(path)
+    if not src.is_file():
+        raise ConfigError(f"Trace file {src} does not exist. Pass a file written by podium ask "
+                          "--trace, podium eval --traces (OUT/traces/*.json) or podium serve "
+                          "(--trace-dir).")
+    try:
+        data = json.loads(src.read_text("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{src} is not a trace (not JSON: {exc}). Pass a trace file written "
+                          "by podium.") from None
+    if not isinstance(data, dict) or "steps" not in data or "question" not in data:
+        raise ConfigError(f"{src} is JSON but not a podium trace (no question and steps). Pass "
+                          "a trace file written by podium ask --trace, eval --traces or serve.")
+    from podium.viewer import trace_page
+
+    page = Path(out) if out else src.with_suffix(".html")
+    write_private(page, trace_page(data, title=src.name))  # it holds the prompts: owner-only
+    print(f"Wrote {page}")
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(page.resolve().as_uri())
+    return 0
