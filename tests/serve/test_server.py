@@ -390,3 +390,29 @@ def test_a_client_that_leaves_a_stream_cancels_its_run(pool_file, tmp_path):
         assert srv.app.state.slots.in_flight == 0
         assert not list((tmp_path / "traces").iterdir())  # cancelled before it finished
         assert http.post("/v1/chat/completions", headers=auth(), json=body()).status_code == 200
+
+
+# --- another real client: curl ------------------------------------------------------------------
+
+def test_curl_speaks_to_the_server(server):
+    """A client that is not the openai SDK: curl, plain and streamed (-N)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed (apt-get install curl)")
+    base = ["curl", "-sS", "--noproxy", "*", "-H", f"Authorization: Bearer {KEY}",
+            "-H", "Content-Type: application/json"]
+    plain = subprocess.run([*base, "-d", json.dumps(body()), f"{server.base}/v1/chat/completions"],
+                           capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0, plain.stderr
+    assert json.loads(plain.stdout)["choices"][0]["message"]["content"] == "<answer>7</answer>"
+    streamed = subprocess.run([*base, "-N", "-d", json.dumps(body(stream=True)),
+                               f"{server.base}/v1/chat/completions"],
+                              capture_output=True, text=True, timeout=60)
+    events = [line[len("data: "):] for line in streamed.stdout.splitlines()
+              if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
+                   if c["choices"]) == "<answer>7</answer>"
