@@ -174,12 +174,9 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                            "only).", code="trace_not_found", param="trace_id")
         return HTMLResponse(trace_page(data))
 
-    @app.post("/v1/chat/completions", dependencies=[Depends(auth)])
-    async def chat(request: Request):
-        req, opts = parse_body(await _read_body(request, config.max_request_bytes))
-        if req.model != MODEL:
-            raise _no_model(req.model)
-        question = question_of(req.messages)
+    def begin(req, opts: Options, question: str, tid: str) -> tuple[Run, dict, str | None]:
+        """Name the sub-pool, take a run slot (429 when none is free), start the run; the
+        trace-id headers and the id shown in the body (only when asked)."""
         workers = _workers(pipeline, opts)
         pipe = _variant(pipeline, opts)
         if not slots.take():
@@ -187,20 +184,35 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                            "(--max-concurrency). Retry after the Retry-After seconds.",
                            code="too_many_requests",
                            headers={"Retry-After": str(config.retry_after_s)})
-        cid, tid, created = f"chatcmpl-{uuid.uuid4().hex}", new_id(), int(time.time())
         run = _start(pipe, question, workers, names, traces, tid, req, opts, slots)
-        headers = {"X-Podium-Trace-Id": tid} if opts.return_trace_id else {}
-        shown_tid = tid if opts.return_trace_id else None
-        if req.stream:
-            include = bool(req.stream_options and req.stream_options.include_usage)
-            return StreamingResponse(
-                _stream(run, cid, created, shown_tid, include), media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
+        if opts.return_trace_id:
+            return run, {"X-Podium-Trace-Id": tid}, tid
+        return run, {}, None
+
+    async def answered(run: Run, headers: dict):
+        """The finished run's result; a run without an answer is the error it names."""
         result = await run.task
         if result.answer is None:
             err = R.no_answer_error(result)
             err.headers.update(headers)
             raise err
+        return result
+
+    def streaming(events: AsyncIterator[str], headers: dict) -> StreamingResponse:
+        return StreamingResponse(events, media_type="text/event-stream", headers={
+            "Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(auth)])
+    async def chat(request: Request):
+        req, opts = parse_body(await _read_body(request, config.max_request_bytes))
+        if req.model != MODEL:
+            raise _no_model(req.model)
+        cid, tid, created = f"chatcmpl-{uuid.uuid4().hex}", new_id(), int(time.time())
+        run, headers, shown_tid = begin(req, opts, question_of(req.messages), tid)
+        if req.stream:
+            include = bool(req.stream_options and req.stream_options.include_usage)
+            return streaming(_stream(run, cid, created, shown_tid, include), headers)
+        result = await answered(run, headers)
         return JSONResponse(R.completion_json(cid, created, MODEL, result, shown_tid),
                             headers=headers)
 
@@ -210,33 +222,43 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
             await _read_body(request, config.max_request_bytes))
         if req.model != MODEL:
             raise _no_model(req.model)
-        question = RA.question(messages)
-        workers = _workers(pipeline, opts)
-        pipe = _variant(pipeline, opts)
-        if not slots.take():
-            raise ApiError(429, f"The server is running {slots.limit} requests, its limit "
-                           "(--max-concurrency). Retry after the Retry-After seconds.",
-                           code="too_many_requests",
-                           headers={"Retry-After": str(config.retry_after_s)})
         ids, tid, created = RA.new_ids(), new_id(), int(time.time())
-        run = _start(pipe, question, workers, names, traces, tid, req, opts, slots)
-        headers = {"X-Podium-Trace-Id": tid} if opts.return_trace_id else {}
-        shown_tid = tid if opts.return_trace_id else None
+        run, headers, shown_tid = begin(req, opts, RA.question(messages), tid)
         if req.stream:
-            return StreamingResponse(
-                _stream_response(run, req, ids, created, shown_tid),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
-        result = await run.task
-        if result.answer is None:
-            err = R.no_answer_error(result)
-            err.headers.update(headers)
-            raise err
+            return streaming(_stream_response(run, req, ids, created, shown_tid), headers)
+        result = await answered(run, headers)
         return JSONResponse(RA.response_json(
             ids[0], created, MODEL, req, output=[RA.message_item(ids[2], result.answer)],
             result=result, trace_id=shown_tid), headers=headers)
 
     return app
+
+
+async def _progress(run: Run) -> AsyncIterator[str | None]:
+    """The run's progress lines as they come; None when nothing came for KEEPALIVE_S (send a
+    keep-alive comment). Ends when the run does."""
+    while True:
+        try:
+            line = await asyncio.wait_for(run.events.get(), KEEPALIVE_S)
+        except TimeoutError:
+            yield None
+            continue
+        if line is None:
+            return
+        yield line + "\n"
+
+
+def _finished(run: Run):
+    """(result, error) of a finished run: the error is what the client is told when there is
+    no answer (the run's own ApiError, a 500 for a crash, the cause of a missing answer)."""
+    try:
+        result = run.task.result()
+    except ApiError as exc:
+        return None, exc
+    except Exception as exc:  # logged by the task's done callback
+        return None, ApiError(500, f"podium failed unexpectedly ({type(exc).__name__}); the "
+                              "server log has the traceback.", code="internal")
+    return result, (R.no_answer_error(result) if result.answer is None else None)
 
 
 async def _stream_response(run: Run, req, ids: tuple[str, str, str], created: int,
@@ -255,34 +277,20 @@ async def _stream_response(run: Run, req, ids: tuple[str, str, str], created: in
                        item={"type": "reasoning", "id": rsid, "summary": [], "content": [],
                              "status": "in_progress"})
         lines: list[str] = []
-        while True:
-            try:
-                line = await asyncio.wait_for(run.events.get(), KEEPALIVE_S)
-            except TimeoutError:
+        async for line in _progress(run):
+            if line is None:
                 yield ": keep-alive\n\n"
                 continue
-            if line is None:
-                break
-            lines.append(line + "\n")
+            lines.append(line)
             yield ev.event("response.reasoning_text.delta", item_id=rsid, output_index=0,
-                           content_index=0, delta=line + "\n")
+                           content_index=0, delta=line)
         thought = "".join(lines)
         reasoning = {"type": "reasoning", "id": rsid, "summary": [], "status": "completed",
                      "content": [{"type": "reasoning_text", "text": thought}]}
         yield ev.event("response.reasoning_text.done", item_id=rsid, output_index=0,
                        content_index=0, text=thought)
         yield ev.event("response.output_item.done", output_index=0, item=reasoning)
-        result, error = None, None
-        try:
-            result = run.task.result()
-        except ApiError as exc:
-            error = exc
-        except Exception as exc:  # logged by the task's done callback
-            error = ApiError(500, f"podium failed unexpectedly ({type(exc).__name__}); the "
-                             "server log has the traceback.", code="internal")
-        else:
-            if result.answer is None:
-                error = R.no_answer_error(result)
+        result, error = _finished(run)
         if error is not None:
             body = error.body()["error"]
             yield ev.event("error", code=body["code"], message=body["message"],
@@ -408,26 +416,11 @@ async def _stream(run: Run, cid: str, created: int, tid: str | None,
 
     try:
         yield piece({"role": "assistant", "content": ""})
-        while True:
-            try:
-                line = await asyncio.wait_for(run.events.get(), KEEPALIVE_S)
-            except TimeoutError:
-                yield ": keep-alive\n\n"
-                continue
-            if line is None:
-                break
-            yield piece({"reasoning_content": line + "\n"})
-        try:
-            result = run.task.result()
-        except ApiError as exc:
-            yield R.sse(exc.body())
-            return
-        except Exception as exc:  # logged by the task's done callback
-            yield R.sse(ApiError(500, f"podium failed unexpectedly ({type(exc).__name__}); "
-                                 "the server log has the traceback.", code="internal").body())
-            return
-        if result.answer is None:
-            yield R.sse(R.no_answer_error(result).body())
+        async for line in _progress(run):
+            yield ": keep-alive\n\n" if line is None else piece({"reasoning_content": line})
+        result, error = _finished(run)
+        if error is not None:
+            yield R.sse(error.body())
             return
         for text in R.answer_pieces(result.answer):
             yield piece({"content": text})

@@ -41,11 +41,13 @@ more (see docs/serving.md).
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from podium.serve.errors import ApiError, bad_request
+
+M = TypeVar("M", bound=BaseModel)
 
 MAX_RECURSION = 5
 OPTION_KEYS = ("workers", "recursion", "max_calls", "max_cost", "return_trace_id")
@@ -110,7 +112,7 @@ def _param(loc: tuple) -> str:
     return ".".join(str(p) for p in loc)
 
 
-def _validation_error(err: ValidationError, prefix: str = "") -> ApiError:
+def validation_error(err: ValidationError, prefix: str = "") -> ApiError:
     first = err.errors()[0]
     param = prefix + _param(first["loc"])
     if first["type"] == "missing":
@@ -122,8 +124,9 @@ def _validation_error(err: ValidationError, prefix: str = "") -> ApiError:
     return bad_request(f"Invalid value for '{param}': {message}.", param=param)
 
 
-def parse_body(raw: bytes) -> tuple[ChatRequest, Options]:
-    """The request and its podium options, or an ApiError (400) naming the bad field."""
+def validated(raw: bytes, model: type[M]) -> tuple[M, dict]:
+    """The body as `model`, and as the JSON object it was; an ApiError (400) naming the bad
+    field otherwise."""
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -132,9 +135,14 @@ def parse_body(raw: bytes) -> tuple[ChatRequest, Options]:
     if not isinstance(data, dict):
         raise bad_request("The request body must be a JSON object.", code="invalid_json")
     try:
-        req = ChatRequest.model_validate(data)
+        return model.model_validate(data), data
     except ValidationError as exc:
-        raise _validation_error(exc) from None
+        raise validation_error(exc) from None
+
+
+def parse_body(raw: bytes) -> tuple[ChatRequest, Options]:
+    """The request and its podium options, or an ApiError (400) naming the bad field."""
+    req, data = validated(raw, ChatRequest)
     if req.n not in (None, 1):
         raise bad_request("n must be 1: the team writes one answer per request.", param="n",
                           code="unsupported_value")
@@ -143,10 +151,11 @@ def parse_body(raw: bytes) -> tuple[ChatRequest, Options]:
             raise bad_request(f"'{key}' is not supported by the podium model: it returns the "
                               "team's answer as text. Leave it out.", param=key,
                               code="unsupported_parameter")
-    return req, _options(data, req.metadata or {})
+    return req, options_of(data, req.metadata or {})
 
 
-def _options(data: dict, metadata: dict) -> Options:
+def options_of(data: dict, metadata: dict) -> Options:
+    """podium's options from the body's top level or its `metadata` (a top-level key wins)."""
     merged: dict[str, Any] = {}
     for key in OPTION_KEYS:
         if key in metadata:
@@ -158,7 +167,7 @@ def _options(data: dict, metadata: dict) -> Options:
     try:
         return Options.model_validate(merged)
     except ValidationError as exc:
-        raise _validation_error(exc) from None
+        raise validation_error(exc) from None
 
 
 def question_of(messages: list[ChatMessage]) -> str:

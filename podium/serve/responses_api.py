@@ -38,7 +38,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from podium.serve.errors import ApiError, bad_request
-from podium.serve.protocol import ChatMessage, Options, _options, _validation_error, question_of
+from podium.serve.protocol import (
+    ChatMessage,
+    Options,
+    options_of,
+    question_of,
+    validated,
+    validation_error,
+)
 from podium.serve.responses import answer_pieces, podium_json
 
 TEXT_TYPES = ("input_text", "output_text", "text")
@@ -56,23 +63,13 @@ class ResponsesRequest(BaseModel):
 
 def parse_responses_body(raw: bytes) -> tuple[ResponsesRequest, Options, list[ChatMessage]]:
     """The request, its podium options and its conversation as chat messages (or a 400)."""
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise bad_request(f"The request body is not valid JSON ({exc}). Send a JSON object "
-                          "with Content-Type: application/json.", code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise bad_request("The request body must be a JSON object.", code="invalid_json")
-    try:
-        req = ResponsesRequest.model_validate(data)
-    except ValidationError as exc:
-        raise _validation_error(exc) from None
+    req, data = validated(raw, ResponsesRequest)
     for key in ("tools", "tool_choice", "previous_response_id", "conversation", "prompt"):
         if data.get(key) not in (None, [], "none", "auto"):
             raise bad_request(f"'{key}' is not supported by the podium model: it answers the "
                               "conversation it is sent with text. Leave it out.", param=key,
                               code="unsupported_parameter")
-    return req, _options(data, req.metadata or {}), _messages(req)
+    return req, options_of(data, req.metadata or {}), _messages(req)
 
 
 def _messages(req: ResponsesRequest) -> list[ChatMessage]:
@@ -104,7 +101,7 @@ def _messages(req: ResponsesRequest) -> list[ChatMessage]:
         try:
             messages.append(ChatMessage(role=item["role"], content=content))
         except ValidationError as exc:
-            raise _validation_error(exc, prefix=f"{where}.") from None
+            raise validation_error(exc, prefix=f"{where}.") from None
     return messages
 
 
