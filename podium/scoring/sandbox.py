@@ -34,7 +34,7 @@ How a run is built, strongest layer first; `SandboxResult.isolation` names what 
   the caller (as mapped root in its user namespace, powerless outside it).
 * **No new namespaces** (`no_new_privs`, `seccomp`): every run gets `no_new_privs` (setuid
   binaries gain nothing) and a seccomp filter, a classic-BPF program built here with ctypes for
-  x86_64 and aarch64 (`_seccomp_filter`): `unshare` with a namespace flag, `setns`, and `clone`
+  x86_64 and aarch64 (podium.scoring.seccomp): `unshare` with a namespace flag, `setns`, and `clone`
   with any CLONE_NEW* flag fail with EPERM, and `clone3` with ENOSYS (its flags are in memory,
   out of a filter's reach; libc then falls back to `clone`, so threads, fork and subprocesses
   work). Without it the code could make a user namespace of its own and, as root in it, mount
@@ -62,7 +62,8 @@ anyway, so no PYTHONPATH/PYTHONHOME can leak in. Not `-S` either: code (BigCodeB
 to import the virtualenv's packages (numpy, ...). The script's directory is on sys.path, so files
 passed in `files` are importable.
 
-A small launcher (this file, run as `python -I -S sandbox.py <json>`) does the in-namespace setup:
+A small launcher (`launcher.py` beside this file, run as `python -I -S launcher.py <json>`;
+the seccomp program is `seccomp.py`) does the in-namespace setup:
 mounts, the per-run uid, rlimits; it forks the code, waits for it (as init of the pid namespace it
 also reaps orphans) and reports the exact exit status and resource use through a pipe, so a
 timeout, a CPU kill and a memory failure can be told apart. If the grading process dies, that
@@ -90,12 +91,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import signal
 import stat
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
+
+from podium.scoring import seccomp
+
+# the launcher script, run by path with -I -S inside the namespaces (podium.scoring.launcher)
+LAUNCHER = str(Path(__file__).with_name("launcher.py"))
 
 Status = Literal["ok", "error", "timeout", "memory", "killed", "sandbox_error"]
 
@@ -105,21 +111,8 @@ _UID_SPAN = 0x0F000000
 _WORLD_WRITABLE = ("/var/tmp", "/dev/shm", "/run/lock")  # bound to the private /tmp
 _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "bad_alloc", "out of memory")
 
-# mount(2) flags
-_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC = 2, 4, 4096, 16384
-_PR_SET_NO_NEW_PRIVS = 38
 
-# seccomp: the code may not make or join namespaces (see `_seccomp_filter`)
-_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
-_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-_SYSCALLS = {"x86_64": {"clone": 56, "unshare": 272, "setns": 308, "clone3": 435},
-             "aarch64": {"clone": 220, "unshare": 97, "setns": 268, "clone3": 435}}
-_X32_SYSCALL_BIT = 0x40000000  # x86_64's x32 ABI: same audit arch, numbers offset by this
-# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET (CLONE_NEWTIME, 0x80, is
-# CSIGNAL's bits in clone(2): it only exists for unshare(2) and clone3(2))
-_CLONE_NAMESPACES = 0x7E020000
-_UNSHARE_HARMLESS = 0x00040600  # CLONE_FS | CLONE_FILES | CLONE_SYSVSEM: no new namespace
-_EPERM, _ENOSYS = 1, 38
+
 
 
 @dataclass(frozen=True)
@@ -164,7 +157,7 @@ class _Plan:
     hide: tuple[tuple[str, tuple[str, ...]], ...]  # (blocking dir, interpreter dirs bound back)
     problems: tuple[str, ...]  # why something is unavailable
     tmp_keep: tuple[str, ...] = ()  # interpreter dirs under /tmp, bound into the private /tmp
-    seccomp: bool = False  # the code runs under the namespace filter (`_seccomp_filter`)
+    seccomp: bool = False  # the code runs under the namespace filter (podium.scoring.seccomp)
 
 
 def _base_env(workdir: str) -> dict[str, str]:
@@ -247,9 +240,9 @@ def _probe_seccomp() -> str | None:
     import subprocess
 
     try:
-        proc = subprocess.run([sys.executable, "-I", "-S", os.path.abspath(__file__),
-                               json.dumps({"mode": "seccomp-probe"})], capture_output=True,
-                              text=True, timeout=60, env={"PATH": SANDBOX_PATH}, cwd="/")
+        proc = subprocess.run([sys.executable, "-I", "-S", seccomp.__file__],
+                              capture_output=True, text=True, timeout=60,
+                              env={"PATH": SANDBOX_PATH}, cwd="/")
     except (OSError, subprocess.SubprocessError) as exc:
         return f"seccomp probe failed: {exc}"
     if proc.returncode == 0:
@@ -528,7 +521,7 @@ async def _kill_uid(uid: int) -> None:
         return
     cfg = json.dumps({"mode": "kill", "uid": uid})
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-I", "-S", os.path.abspath(__file__), cfg,
+        sys.executable, "-I", "-S", LAUNCHER, cfg,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL, env={"PATH": SANDBOX_PATH})
     await proc.wait()
@@ -593,7 +586,7 @@ async def _run(plan: _Plan, code: str, stdin: str, limits: Limits,
             "argv": [sys.executable, "-s", "main.py"],
             "env": _base_env(workdir),
         }
-        argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), json.dumps(cfg)]
+        argv = [sys.executable, "-I", "-S", LAUNCHER, json.dumps(cfg)]
         if plan.unshare is not None:
             net = [] if limits.network else ["--net"]
             argv = [*plan.unshare, *net, "--", *argv]
@@ -666,323 +659,3 @@ def run_python(code: str, *, stdin: str = "", limits: Limits = Limits(),
                                                         files=files)).result()
     except Exception as exc:
         return SandboxResult("sandbox_error", None, "", f"{type(exc).__name__}: {exc}", 0.0, ())
-
-
-# --------------------------------------------------------------------------------------------
-# The launcher: `python -I -S sandbox.py <json>`, as root (or mapped root) inside the namespaces
-# --------------------------------------------------------------------------------------------
-
-
-def _libc():
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
-                           ctypes.c_char_p]
-    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                           ctypes.c_ulong]
-    return libc
-
-
-def _mount(libc, source: str | None, target: str, fstype: str | None, flags: int,
-           data: str | None) -> None:
-    import ctypes
-
-    enc = (lambda s: s.encode() if s is not None else None)  # noqa: E731
-    if libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
-
-
-def _seccomp_filter(machine: str) -> list[tuple[int, int, int, int]]:
-    """The classic-BPF seccomp program the code runs under, as (code, jt, jf, k) instructions.
-
-    It checks the audit architecture first (a syscall of another ABI, such as 32-bit `int 0x80`
-    on x86_64, kills the process: its numbers mean other calls), refuses x32 syscalls, then:
-
-    * clone3 -> ENOSYS: its flags live in memory, where a filter cannot read them; libc then
-      falls back to clone, whose flags are a register (threads and fork keep working);
-    * clone with any CLONE_NEW* flag, setns, and unshare with anything but CLONE_FS,
-      CLONE_FILES and CLONE_SYSVSEM -> EPERM;
-    * everything else is allowed.
-    """
-    if machine not in _AUDIT_ARCH:
-        raise OSError(f"no seccomp filter for this machine ({machine}): only for "
-                      f"{', '.join(sorted(_AUDIT_ARCH))}")
-    nr = _SYSCALLS[machine]
-    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, ...
-    allow, errno, kill = 0x7FFF0000, 0x00050000, 0x80000000  # SECCOMP_RET_*; kill the process
-    # seccomp_data: int nr at 0, u32 arch at 4, u64 args[6] from 16 (both arches little-endian)
-    arch_at, nr_at, arg0_lo, arg0_hi = 4, 0, 16, 20
-    # (code, k, jump-if-true label, jump-if-false label); None: the next instruction
-    asm: list = [
-        (ld, arch_at), (jeq, _AUDIT_ARCH[machine], None, "kill"),
-        (ld, nr_at),
-        *([(jge, _X32_SYSCALL_BIT, "eperm", None)] if machine == "x86_64" else []),
-        (jeq, nr["clone3"], "enosys", None),
-        (jeq, nr["setns"], "eperm", None),
-        (jeq, nr["unshare"], "unshare", None),
-        (jeq, nr["clone"], "clone", None),
-        (ret, allow),
-        "unshare", (ld, arg0_hi), (jeq, 0, None, "eperm"),
-        (ld, arg0_lo), (jset, ~_UNSHARE_HARMLESS & 0xFFFFFFFF, "eperm", None), (ret, allow),
-        "clone", (ld, arg0_lo), (jset, _CLONE_NAMESPACES, "eperm", None), (ret, allow),
-        "eperm", (ret, errno | _EPERM),
-        "enosys", (ret, errno | _ENOSYS),
-        "kill", (ret, kill),
-    ]
-    labels: dict[str, int] = {}
-    code: list[tuple] = []
-    for entry in asm:
-        if isinstance(entry, str):
-            labels[entry] = len(code)
-        else:
-            code.append(entry)
-
-    def offset(label: str | None, at: int) -> int:
-        return 0 if label is None else labels[label] - at - 1
-
-    out = []
-    for at, (op, k, *jumps) in enumerate(code):
-        jt, jf = (offset(j, at) for j in jumps) if jumps else (0, 0)
-        out.append((op, jt, jf, k))
-    return out
-
-
-def _install_seccomp(libc, machine: str) -> None:
-    """Load `_seccomp_filter` for this process and every child (needs no_new_privs first)."""
-    import ctypes
-
-    class SockFilter(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
-                    ("k", ctypes.c_uint32)]
-
-    class SockFprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
-
-    program = _seccomp_filter(machine)
-    filters = (SockFilter * len(program))(*[SockFilter(*ins) for ins in program])
-    fprog = SockFprog(len(program), filters)
-    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"prctl(PR_SET_SECCOMP) failed: {os.strerror(err)}")
-
-
-def _set_no_new_privs(libc) -> None:
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
-
-
-def _seccomp_probe() -> int:
-    """`sandbox.py '{"mode": "seccomp-probe"}'`: install the filter in this process and check
-    that it holds (namespaces refused) without breaking threads or fork. Prints what failed."""
-    import ctypes
-    import threading
-
-    libc = _libc()
-    try:
-        _set_no_new_privs(libc)
-        _install_seccomp(libc, os.uname().machine)
-    except OSError as exc:
-        print(f"seccomp filter could not be installed: {exc}")
-        return 1
-    libc.unshare.argtypes = [ctypes.c_int]
-    if libc.unshare(0x10000000 | 0x00020000) == 0 or ctypes.get_errno() != _EPERM:
-        print("seccomp filter installed but unshare(CLONE_NEWUSER|CLONE_NEWNS) was not refused")
-        return 1
-    seen: list[int] = []
-    thread = threading.Thread(target=seen.append, args=(1,))
-    thread.start()
-    thread.join()
-    pid = os.fork()
-    if pid == 0:
-        os._exit(7)
-    _, status = os.waitpid(pid, 0)
-    if seen != [1] or os.waitstatus_to_exitcode(status) != 7:
-        print("seccomp filter breaks threads or fork")
-        return 1
-    return 0
-
-
-def _launcher_setup(cfg: dict, applied: list[str]) -> None:
-    """Mount the private /tmp and hide what must be hidden (only in a mount namespace)."""
-    uid, gid = cfg["uid"], cfg["gid"]
-    contents = {}
-    for name in cfg["names"]:
-        with open(os.path.join(cfg["stage"], name), "rb") as fh:
-            contents[name] = fh.read()
-    # the staging directory is no longer needed: remove it now, so that not even a grader
-    # killed mid-run leaves it behind (the grader removes it too, ignoring errors)
-    for dirpath, dirnames, filenames in os.walk(cfg["stage"], topdown=False):
-        for entry in filenames:
-            os.unlink(os.path.join(dirpath, entry))
-        for entry in dirnames:
-            os.rmdir(os.path.join(dirpath, entry))
-    os.rmdir(cfg["stage"])
-    libc = _libc()
-    hide = [(b, [(t, os.open(t, os.O_PATH)) for t in targets]) for b, targets in cfg["hide"]]
-    pt = cfg["private_tmp"]
-    # an interpreter (a virtual environment) that lives under /tmp is bound back into the
-    # private /tmp, read-only for the sandbox user as before
-    keep = [(t, os.open(t, os.O_PATH)) for t in pt.get("keep", []) if os.path.exists(t)]
-    opts = f"size={pt['size_mb']}m,nr_inodes={pt['inodes']},mode=0700"
-    if uid is not None:
-        opts += f",uid={uid},gid={gid}"
-    _mount(libc, "tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, opts)
-    for name, data in contents.items():
-        path = os.path.join("/tmp", name)
-        parent = os.path.dirname(path)
-        if not os.path.isdir(parent):
-            os.makedirs(parent, mode=0o755)
-            if uid is not None:
-                os.chown(parent, uid, gid)
-        with open(path, "wb") as fh:
-            fh.write(data)
-        if uid is not None:
-            os.chown(path, uid, gid)
-    for target, fd in keep:
-        os.makedirs(target, mode=0o755, exist_ok=True)
-        _mount(libc, f"/proc/self/fd/{fd}", target, None, _MS_BIND | _MS_REC, None)
-        os.close(fd)
-    for extra in pt["extra"]:
-        if os.path.isdir(extra) and not os.path.islink(extra):
-            _mount(libc, "/tmp", extra, None, _MS_BIND | _MS_REC, None)
-    applied.append("private-tmp")
-    for blocking, targets in hide:
-        _mount(libc, "tmpfs", blocking, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=64k,mode=0755")
-        for target, fd in targets:
-            if stat.S_ISDIR(os.fstat(fd).st_mode):
-                os.makedirs(target, mode=0o755, exist_ok=True)
-            else:
-                os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
-                open(target, "ab").close()
-            _mount(libc, f"/proc/self/fd/{fd}", target, None, _MS_BIND | _MS_REC, None)
-            os.close(fd)
-        applied.append(f"hide:{blocking}")
-
-
-def _launcher_child(cfg: dict) -> None:
-    """In the forked child: limits, identity, then exec the code (never returns)."""
-    os.set_inheritable(cfg["status_fd"], False)  # closed by exec
-    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
-    os.chdir(cfg["workdir"])
-    for name, soft, hard in cfg["rlimits"]:
-        resource.setrlimit(getattr(resource, name), (soft, hard))
-    if cfg["uid"] is not None:
-        os.setgroups([])
-        os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
-        os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
-    libc = _libc()
-    _set_no_new_privs(libc)
-    if cfg.get("seccomp"):
-        _install_seccomp(libc, os.uname().machine)
-    os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
-
-
-def _write_status(fd: int, obj: dict) -> None:
-    with contextlib.suppress(OSError):
-        os.write(fd, (json.dumps(obj) + "\n").encode())
-
-
-def _record_exit(report: dict, status: int, usage) -> None:
-    if os.WIFEXITED(status):
-        report["exit"] = os.WEXITSTATUS(status)
-    else:
-        report["signal"] = os.WTERMSIG(status)
-    report["cpu_s"] = usage.ru_utime + usage.ru_stime
-    report["maxrss_kb"] = usage.ru_maxrss
-
-
-def _launcher_wait(pid: int, fd: int, report: dict) -> None:
-    """Wait for the code, reaping every other child on the way (as init of the pid namespace,
-    orphans come here, and unreaped zombies would count against RLIMIT_NPROC). Also watch the
-    status pipe: if the host process dies, its read end closes and the run is killed, so a
-    sleeping program cannot outlive a crashed grader."""
-    import select
-
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):  # old kernel / Python: plain blocking wait
-        while True:
-            try:
-                wpid, status, usage = os.wait4(-1, 0)
-            except ChildProcessError:
-                report["setup_error"] = "the child disappeared"
-                return
-            if wpid == pid:
-                _record_exit(report, status, usage)
-                return
-    poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
-    poller.register(fd, 0)  # POLLERR / POLLHUP: the host closed the read end
-    while True:
-        events = poller.poll(1000)
-        while True:
-            try:
-                wpid, status, usage = os.wait4(-1, os.WNOHANG)
-            except ChildProcessError:
-                report.setdefault("setup_error", "the child disappeared")
-                return
-            if wpid == 0:
-                break
-            if wpid == pid:
-                _record_exit(report, status, usage)
-                return
-        if any(efd == fd for efd, _ in events):  # nobody is listening any more
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            os.killpg(0, signal.SIGKILL)  # our process group, this launcher included
-
-
-def _launcher_main(argv: list[str]) -> int:
-    cfg = json.loads(argv[0])
-    if cfg.get("mode") == "kill":
-        uid = int(cfg["uid"])
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-        for _ in range(3):
-            try:
-                os.kill(-1, signal.SIGKILL)  # every process this uid may signal: its own
-            except ProcessLookupError:
-                break
-        return 0
-    if cfg.get("mode") == "seccomp-probe":
-        return _seccomp_probe()
-    fd = cfg["status_fd"]
-    os.umask(0o022)
-    applied: list[str] = []
-    report: dict = {"applied": applied}
-    try:
-        if cfg["private_tmp"]:
-            _launcher_setup(cfg, applied)
-        if cfg["uid"] is not None:
-            applied += [f"user:{cfg['uid']}"]
-        applied.append("no_new_privs")  # set for every run (it must precede seccomp)
-        if cfg.get("seccomp"):
-            applied.append("seccomp")
-        applied.append("rlimits")
-        if any(name == "RLIMIT_NPROC" for name, _, _ in cfg["rlimits"]):
-            applied.append("nproc")
-        _write_status(fd, {"applied": applied})  # known even if the run is killed later
-        report = {}
-        pid = os.fork()
-        if pid == 0:
-            try:
-                _launcher_child(cfg)
-            except BaseException as exc:
-                _write_status(fd, {"setup_error": f"{type(exc).__name__}: {exc}"})
-            finally:
-                os._exit(127)
-    except Exception as exc:
-        report["setup_error"] = f"{type(exc).__name__}: {exc}"
-        _write_status(fd, report)
-        return 0
-    _launcher_wait(pid, fd, report)
-    _write_status(fd, report)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_launcher_main(sys.argv[1:]))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from podium.scoring import sandbox
+from podium.scoring import sandbox, seccomp
 from podium.scoring.sandbox import (
     isolation_level,
     isolation_problems,
@@ -117,7 +117,7 @@ def test_ordinary_code_still_runs_under_the_filter():
 
 
 def run_bpf(program: list[tuple[int, int, int, int]], data: bytes) -> int:
-    """Evaluate a classic-BPF seccomp program (the opcodes `_seccomp_filter` uses) on a
+    """Evaluate a classic-BPF seccomp program (the opcodes `seccomp_filter` uses) on a
     seccomp_data buffer; the action it returns."""
     acc, pc = 0, 0
     while True:
@@ -150,7 +150,7 @@ THREAD_FLAGS = 0x3D0F00  # CLONE_VM|FS|FILES|SIGHAND|THREAD|SYSVSEM|SETTLS|PAREN
                              "read": 63}),
 ])
 def test_the_filter_program_for_each_architecture(machine, arch, nr):
-    program = sandbox._seccomp_filter(machine)
+    program = seccomp.seccomp_filter(machine)
     assert len(program) < 64
 
     def action(name: str, arg0: int = 0, arch_: int = arch) -> int:
@@ -175,7 +175,7 @@ def test_the_filter_program_for_each_architecture(machine, arch, nr):
 
 def test_a_machine_without_a_filter_says_so():
     with pytest.raises(OSError, match="no seccomp filter for this machine"):
-        sandbox._seccomp_filter("riscv64")
+        seccomp.seccomp_filter("riscv64")
 
 
 def test_a_filter_that_cannot_be_installed_is_an_isolation_problem(monkeypatch):
