@@ -162,7 +162,6 @@ def no_answer(console: Console, result) -> None:
 
 def tasks_table() -> Table:
     """Every task `podium eval --task` takes, with its options and their defaults."""
-    import dataclasses
     import inspect
 
     from podium.tasks import TASKS, task_options
@@ -171,7 +170,7 @@ def tasks_table() -> Table:
     def shown(options: dict) -> str:
         parts = []
         for key, default in options.items():
-            if default is inspect.Parameter.empty or default is dataclasses.MISSING:
+            if default is inspect.Parameter.empty:
                 parts.append(f"{key} (required)")
             else:
                 parts.append(f"{key}={default!r}")
