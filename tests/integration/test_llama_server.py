@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from podium.config import RunSettings, pool_from_dict
 from podium.llm.openai_compat import OpenAICompatClient
 from podium.pipeline import Pipeline
@@ -78,6 +80,7 @@ def test_constrained_conductor_over_http_writes_valid_workflows(llama_server):
         assert {"answer", "workflow", "steps", "used", "paid"} <= data.keys()
 
 
+@pytest.mark.slow  # two Conductor rounds on a real server; `make test-all`
 def test_recursion_round_over_http(llama_server):
     pool = pool_from_dict(server_pool(llama_server, recursion=1))
     settings = RunSettings(recursion=1)

@@ -206,6 +206,7 @@ def test_export_to_gguf_matches_the_checkpoint_and_runs_embedded(trained, monkey
     assert turn["messages"][1]["content"].startswith("Question:") and turn["completion"]
 
 
+@pytest.mark.slow  # a further GRPO run; `make test-all`
 def test_the_recursion_fine_tune_continues_half_of_each_group(tmp_path, monkeypatch):
     """Of 4 rollouts per question, 2 are round 0 and 2 continue them into a recursion round
     whose prompt shows the round-0 answer; both kinds are run and rewarded."""
@@ -226,6 +227,7 @@ def test_the_recursion_fine_tune_continues_half_of_each_group(tmp_path, monkeypa
     assert any(len(t["rounds"]) == 2 for t in transcripts)
 
 
+@pytest.mark.slow  # a further GRPO run; `make test-all`
 def test_training_resumes_from_the_last_checkpoint(trained, monkeypatch):
     monkeypatch.chdir(trained)
     podium_train("--config", str(trained / "train.toml"), "--resume",
@@ -234,6 +236,7 @@ def test_training_resumes_from_the_last_checkpoint(trained, monkeypatch):
     assert steps == [1, 2, 3]  # steps 1-2 were not run again
 
 
+@pytest.mark.slow  # a further GRPO run; `make test-all`
 def test_rollouts_hit_by_an_outage_are_dropped(tmp_path, monkeypatch):
     """Every worker is down: a rollout that parses is touched by the outage and scores None
     (dropped); the others are format errors."""
