@@ -11,8 +11,9 @@ with a fixed latency (`podium.testing.ScriptedServer`, a real HTTP server in its
 
 For each concurrency C (default 1, 8 and 32) it reports requests per second and the p50 / p95
 latency of each way, the server's overhead per request (served p50 − direct p50) and the
-served / direct throughput ratio. Targets: overhead under 5 ms p50, and no loss of throughput
-at 32 (served ≥ 95% of direct: the worker endpoint is the bound both ways).
+served / direct throughput ratio. Both sides run on the event loop the server runs on
+(uvloop, which uvicorn picks up when the `serve` extra installed it; asyncio otherwise).
+Targets: overhead under 5 ms p50, and no loss of throughput at 32 (served ≥ 95% of direct: the worker endpoint is the bound both ways).
 
     .venv/bin/python benchmarks/serve.py [--latency 0.05] [--requests 400]
         [--concurrency 1 8 32] [--out benchmarks/results/serve.json]
@@ -56,6 +57,23 @@ retries = 0
 cache = false
 """
 OVERHEAD_MS, THROUGHPUT = 5.0, 0.95
+
+
+def event_loop() -> str:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio"
+    return "uvloop"
+
+
+def run(coro):
+    """`coro` on the event loop `podium serve` uses (uvicorn picks uvloop when installed)."""
+    if event_loop() == "uvloop":
+        import uvloop
+
+        return uvloop.run(coro)
+    return asyncio.run(coro)
 
 
 def free_port() -> int:
@@ -154,8 +172,8 @@ def main() -> None:
         try:
             for c in args.concurrency:
                 n = args.requests if c > 1 else max(50, args.requests // 8)
-                d = asyncio.run(direct(pool_file, n, c))
-                s = asyncio.run(served(f"http://127.0.0.1:{port}", n, c))
+                d = run(direct(pool_file, n, c))
+                s = run(served(f"http://127.0.0.1:{port}", n, c))
                 rows.append({"concurrency": c, "requests": n, "direct": d, "served": s,
                              "overhead_p50_ms": s["p50_ms"] - d["p50_ms"],
                              "throughput_ratio": s["rps"] / d["rps"]})
@@ -164,7 +182,7 @@ def main() -> None:
             proc.wait(30)
 
     print(f"worker latency {1000 * args.latency:.0f} ms · {platform.machine()}, "
-          f"{os.cpu_count()} cores\n")
+          f"{os.cpu_count()} cores · event loop {event_loop()}\n")
     print(f"{'conc':>4}  {'direct rps':>10} {'p50 ms':>7} {'p95 ms':>7}  {'served rps':>10} "
           f"{'p50 ms':>7} {'p95 ms':>7}  {'overhead p50':>12} {'served/direct':>13}")
     for r in rows:
@@ -179,7 +197,7 @@ def main() -> None:
           f"{'PASS' if overhead_ok else 'MISS'}; served ≥ {THROUGHPUT:.0%} of direct at "
           f"{top['concurrency']}: {'PASS' if throughput_ok else 'MISS'}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"latency_s": args.latency, "rows": rows,
+    args.out.write_text(json.dumps({"latency_s": args.latency, "loop": event_loop(), "rows": rows,
                                     "overhead_pass": overhead_ok,
                                     "throughput_pass": throughput_ok}, indent=2))
     print(f"wrote {args.out}")

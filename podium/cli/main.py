@@ -214,6 +214,8 @@ def serve_cmd(
     graceful_timeout: float = typer.Option(30.0, "--graceful-timeout", min=0, help="On "
                                            "SIGTERM, seconds to let requests in flight finish."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Don't use the response cache."),
+    pass_through: bool = typer.Option(False, "--pass-through", help="Also serve each worker "
+                                      "as a model of its own (one call, the bare question)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Serve the team as one OpenAI-compatible model, `podium` (see docs/serving.md)."""
@@ -224,7 +226,7 @@ def serve_cmd(
         port=port, api_key_env=api_key_env, api_key_file=api_key_file, no_auth=no_auth,
         max_concurrency=max_concurrency, max_request_bytes=max_request_bytes,
         trace_dir=trace_dir, trace_keep=trace_keep, graceful_timeout=graceful_timeout,
-        no_cache=no_cache), debug))
+        no_cache=no_cache, pass_through=pass_through), debug))
 
 
 trace_app = typer.Typer(help="Look at saved traces.", no_args_is_help=True)

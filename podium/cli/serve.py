@@ -36,7 +36,8 @@ def _log_handler() -> None:
 def run_serve(*, pool: str | None, conductor: str | None, allow_pool_mismatch: bool,
               host: str, port: int, api_key_env: str | None, api_key_file: str | None,
               no_auth: bool, max_concurrency: int, max_request_bytes: int, trace_dir: str,
-              trace_keep: int, graceful_timeout: float, no_cache: bool) -> int:
+              trace_keep: int, graceful_timeout: float, no_cache: bool,
+              pass_through: bool = False) -> int:
     from podium.serve.auth import check_auth_setup, load_keys
 
     keys = load_keys(api_key_env, api_key_file)
@@ -56,7 +57,7 @@ def run_serve(*, pool: str | None, conductor: str | None, allow_pool_mismatch: b
     settings = team.run.model_copy(update={"cache": False}) if no_cache else team.run
     config = ServeConfig(keys=keys, max_concurrency=max_concurrency,
                          max_request_bytes=max_request_bytes, trace_dir=trace_dir,
-                         trace_keep=trace_keep)
+                         trace_keep=trace_keep, pass_through=pass_through)
     pipeline = Pipeline(team, settings=settings)
     try:
         app = create_app(config, pipeline)
@@ -68,7 +69,8 @@ def run_serve(*, pool: str | None, conductor: str | None, allow_pool_mismatch: b
             else "no key (--no-auth, loopback only)")
     workers = ", ".join(w.name for w in team.workers)
     shown = f"[{host}]" if ":" in host else host
-    sys.stderr.write(f"podium: serving model 'podium' at http://{shown}:{port}/v1 · Conductor "
+    models = "models 'podium' and each worker's" if pass_through else "model 'podium'"
+    sys.stderr.write(f"podium: serving {models} at http://{shown}:{port}/v1 · Conductor "
                      f"{team.conductor.name} · workers {workers} · pool {team.source} · "
                      f"{auth} · traces in {trace_dir}\n")
     server = uvicorn.Server(uvicorn.Config(

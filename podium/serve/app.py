@@ -9,11 +9,18 @@
                                 a browser may send the key as the Basic-auth password)
     GET  /health                {"status": "ok"}; the only route without a key
 
+With `pass_through` (`podium serve --pass-through`) every worker is also a model of its own,
+named as in the pool: a request for it is one call to that worker with the bare question
+(`run.worker_messages = "question"`, the same as `podium eval --system openai:...` asks), with
+its usage and trace like any other, so a single worker can be evaluated served the same way
+as the team.
+
 One request, top to bottom (`chat`): check the key, read the body (refused past
 `max_request_bytes` while it is read, not after), validate it (`protocol`), name the sub-pool,
 take a run slot (429 when `max_concurrency` runs are in flight: the server never queues
-work it cannot start), run the pipeline as a task whose progress events feed the stream,
-write the trace, answer.
+work it cannot start), run the pipeline as a task whose progress events feed the stream (a
+request that does not stream gets none made), hand the trace to the store's writer thread,
+answer.
 
 One `Pipeline` serves every request, so each worker's concurrency limit holds across all of
 them. A request that changes run settings (recursion, budgets) gets a shallow copy of it with
@@ -31,16 +38,18 @@ import copy
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from podium.baselines import SOLVE
 from podium.errors import ConfigError
-from podium.pipeline import Pipeline
+from podium.pipeline import Pipeline, RunResult
 from podium.serve import responses as R
 from podium.serve import responses_api as RA
 from podium.serve.auth import KeyCheck
@@ -48,6 +57,7 @@ from podium.serve.errors import ApiError, bad_request
 from podium.serve.protocol import ChatRequest, Options, parse_body, question_of
 from podium.serve.traces import TraceStore, new_id
 from podium.viewer import index_page, trace_page
+from podium.workflow import Workflow
 
 log = logging.getLogger("podium.serve")
 
@@ -63,6 +73,7 @@ class ServeConfig:
     trace_dir: str | Path = "runs/serve-traces"
     trace_keep: int = 1000
     retry_after_s: int = 1
+    pass_through: bool = False  # each worker also served as a model of its own
 
 
 class Slots:
@@ -96,11 +107,19 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     slots = Slots(config.max_concurrency)
     names = [w.name for w in pipeline.pool.workers]
     started = int(time.time())
+    served = [MODEL, *(names if config.pass_through else ())]
+    if config.pass_through and MODEL in names:
+        raise ConfigError(f"A worker is named {MODEL!r}, the team's own model name: rename it "
+                          "in the pool to serve workers as models (--pass-through).")
+    single = copy.copy(pipeline)  # a pass-through model's runs: the bare question, no prefill
+    single.settings = pipeline.settings.model_copy(update={"worker_messages": "question",
+                                                           "worker_prefill": False})
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         await pipeline.aclose()
+        await asyncio.to_thread(traces.close)
 
     app = FastAPI(title="podium", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
@@ -136,18 +155,18 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     async def health() -> dict:
         return {"status": "ok"}
 
-    def model_card() -> dict:
-        return {"id": MODEL, "object": "model", "created": started, "owned_by": "podium"}
+    def model_card(model: str) -> dict:
+        return {"id": model, "object": "model", "created": started, "owned_by": "podium"}
 
     @app.get("/v1/models", dependencies=[Depends(auth)])
     async def models() -> dict:
-        return {"object": "list", "data": [model_card()]}
+        return {"object": "list", "data": [model_card(m) for m in served]}
 
     @app.get("/v1/models/{model}", dependencies=[Depends(auth)])
     async def model(model: str) -> dict:
-        if model != MODEL:
-            raise _no_model(model)
-        return model_card()
+        if model not in served:
+            raise _no_model(model, served)
+        return model_card(model)
 
     @app.get("/v1/traces/{trace_id}", dependencies=[Depends(auth)])
     async def trace(trace_id: str) -> dict:
@@ -174,17 +193,34 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                            "only).", code="trace_not_found", param="trace_id")
         return HTMLResponse(trace_page(data))
 
+    def runner(req, opts: Options, question: str) -> Callable[[Any], Awaitable[RunResult]]:
+        """How the model asked for answers: the team (the Conductor, on the sub-pool named),
+        or, for a pass-through model, one call to that worker."""
+        if req.model == MODEL:
+            workers = _workers(pipeline, opts)
+            pipe = _variant(pipeline, opts)
+            return lambda on_event: pipe.ask(question, workers=workers, on_event=on_event)
+        if req.model not in served:
+            raise _no_model(req.model, served)
+        if opts.workers or opts.recursion is not None:
+            raise bad_request(f"workers and recursion are options of the {MODEL!r} model; "
+                              f"{req.model!r} is one worker, asked directly.",
+                              param="workers" if opts.workers else "recursion")
+        pipe = _variant(single, opts)
+        flow = Workflow.of([(names.index(req.model), SOLVE, ())])
+        return lambda on_event: pipe.run_workflow(question, flow, label=f"worker:{req.model}",
+                                                  on_event=on_event)
+
     def begin(req, opts: Options, question: str, tid: str) -> tuple[Run, dict, str | None]:
-        """Name the sub-pool, take a run slot (429 when none is free), start the run; the
-        trace-id headers and the id shown in the body (only when asked)."""
-        workers = _workers(pipeline, opts)
-        pipe = _variant(pipeline, opts)
+        """Check the model and its options, take a run slot (429 when none is free), start
+        the run; the trace-id headers and the id shown in the body (only when asked)."""
+        ask = runner(req, opts, question)
         if not slots.take():
             raise ApiError(429, f"The server is running {slots.limit} requests, its limit "
                            "(--max-concurrency). Retry after the Retry-After seconds.",
                            code="too_many_requests",
                            headers={"Retry-After": str(config.retry_after_s)})
-        run = _start(pipe, question, workers, names, traces, tid, req, opts, slots)
+        run = _start(ask, names, traces, tid, req, opts, slots)
         if opts.return_trace_id:
             return run, {"X-Podium-Trace-Id": tid}, tid
         return run, {}, None
@@ -205,30 +241,27 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     @app.post("/v1/chat/completions", dependencies=[Depends(auth)])
     async def chat(request: Request):
         req, opts = parse_body(await _read_body(request, config.max_request_bytes))
-        if req.model != MODEL:
-            raise _no_model(req.model)
         cid, tid, created = f"chatcmpl-{uuid.uuid4().hex}", new_id(), int(time.time())
         run, headers, shown_tid = begin(req, opts, question_of(req.messages), tid)
         if req.stream:
             include = bool(req.stream_options and req.stream_options.include_usage)
-            return streaming(_stream(run, cid, created, shown_tid, include), headers)
+            return streaming(_stream(run, cid, created, req.model, shown_tid, include),
+                             headers)
         result = await answered(run, headers)
-        return JSONResponse(R.completion_json(cid, created, MODEL, result, shown_tid),
+        return JSONResponse(R.completion_json(cid, created, req.model, result, shown_tid),
                             headers=headers)
 
     @app.post("/v1/responses", dependencies=[Depends(auth)])
     async def responses(request: Request):
         req, opts, messages = RA.parse_responses_body(
             await _read_body(request, config.max_request_bytes))
-        if req.model != MODEL:
-            raise _no_model(req.model)
         ids, tid, created = RA.new_ids(), new_id(), int(time.time())
         run, headers, shown_tid = begin(req, opts, RA.question(messages), tid)
         if req.stream:
             return streaming(_stream_response(run, req, ids, created, shown_tid), headers)
         result = await answered(run, headers)
         return JSONResponse(RA.response_json(
-            ids[0], created, MODEL, req, output=[RA.message_item(ids[2], result.answer)],
+            ids[0], created, req.model, req, output=[RA.message_item(ids[2], result.answer)],
             result=result, trace_id=shown_tid), headers=headers)
 
     return app
@@ -268,7 +301,8 @@ async def _stream_response(run: Run, req, ids: tuple[str, str, str], created: in
     ev = RA.EventStream()
 
     def whole(status: str, **more) -> dict:
-        return RA.response_json(rid, created, MODEL, req, status=status, trace_id=tid, **more)
+        return RA.response_json(rid, created, req.model, req, status=status, trace_id=tid,
+                                **more)
 
     try:
         yield ev.event("response.created", response=whole("in_progress"))
@@ -309,9 +343,14 @@ async def _stream_response(run: Run, req, ids: tuple[str, str, str], created: in
             run.task.cancel()  # the client went away: stop paying for the run
 
 
-def _no_model(model: str) -> ApiError:
-    return ApiError(404, f"The model {model!r} does not exist: this server serves one model, "
-                    f"{MODEL!r}. Pass model=\"{MODEL}\".", code="model_not_found", param="model")
+def _no_model(model: str, served: list[str]) -> ApiError:
+    if len(served) == 1:
+        known = f"this server serves one model, {MODEL!r}. Pass model=\"{MODEL}\"."
+    else:
+        known = (f"this server serves {', '.join(map(repr, served))} ({MODEL!r} is the team; "
+                 "the others are its workers, asked directly).")
+    return ApiError(404, f"The model {model!r} does not exist: {known}", code="model_not_found",
+                    param="model")
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -366,8 +405,8 @@ def _variant(pipeline: Pipeline, opts: Options) -> Pipeline:
     return pipe
 
 
-def _start(pipe: Pipeline, question: str, workers: list[int] | None, names: list[str],
-           traces: TraceStore, tid: str, req: ChatRequest, opts: Options, slots: Slots) -> Run:
+def _start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces: TraceStore,
+           tid: str, req: ChatRequest, opts: Options, slots: Slots) -> Run:
     """Start the run as a task; its slot is given back when the task ends, whatever happens
     to the response."""
     events: asyncio.Queue = asyncio.Queue()
@@ -380,15 +419,12 @@ def _start(pipe: Pipeline, question: str, workers: list[int] | None, names: list
     async def go():
         t0 = time.perf_counter()
         try:
-            result = await pipe.ask(question, workers=workers, on_event=on_event)
+            result = await ask(on_event if req.stream else None)
         except ConfigError as exc:  # the question itself (e.g. text that is not UTF-8)
             raise bad_request(str(exc), param="messages") from None
-        data = {"id": tid, "created": int(time.time()), "model": MODEL, "stream": req.stream,
+        data = {"id": tid, "created": int(time.time()), "model": req.model, "stream": req.stream,
                 "options": opts.model_dump(exclude_none=True), **result.to_json()}
-        try:
-            await asyncio.to_thread(traces.write, tid, data)
-        except OSError as exc:
-            log.warning("trace %s could not be written: %s", tid, exc.strerror or exc)
+        traces.put(tid, data)  # written by the store's thread, readable at once
         log.info("%s: %s, %d calls, %.1fs", tid, "answered" if result.answer is not None
                  else f"no answer ({result.outcome.cause.reason if result.outcome.cause else '?'})",
                  result.outcome.used.calls, time.perf_counter() - t0)
@@ -407,12 +443,12 @@ def _start(pipe: Pipeline, question: str, workers: list[int] | None, names: list
     return Run(task, events)
 
 
-async def _stream(run: Run, cid: str, created: int, tid: str | None,
+async def _stream(run: Run, cid: str, created: int, model: str, tid: str | None,
                   include_usage: bool) -> AsyncIterator[str]:
     extra = {"usage": None} if include_usage else {}
 
     def piece(delta: dict | None, finish: str | None = None, **more) -> str:
-        return R.chunk(cid, created, MODEL, delta, finish, **{**extra, **more})
+        return R.chunk(cid, created, model, delta, finish, **{**extra, **more})
 
     try:
         yield piece({"role": "assistant", "content": ""})
@@ -427,7 +463,7 @@ async def _stream(run: Run, cid: str, created: int, tid: str | None,
         ids = {"podium_trace_id": tid} if tid else {}
         yield piece({}, R.finish_reason(result), **ids)
         if include_usage:
-            yield R.chunk(cid, created, MODEL, None, usage=R.usage_json(result),
+            yield R.chunk(cid, created, model, None, usage=R.usage_json(result),
                           podium=R.podium_json(result), **ids)
         yield R.sse("[DONE]")
     finally:

@@ -8,12 +8,18 @@ user's conversation, so it is written owner-only (`podium.files.write_private`: 
 Ids are `tr-` and 32 hex digits; anything else is refused before a path is built, so an id can
 never name a file outside the folder. The folder keeps the newest `keep` traces: older ones
 are deleted as new ones are written (the order is rebuilt from the files' mtimes at start).
+
+The server hands traces over with `put`, which returns at once: one writer thread serialises
+and writes them in order, off the answer's path, and `read` serves a trace that is still
+waiting from memory, so an id returned with an answer can be fetched straight away. `close`
+writes whatever is still waiting (the server calls it at shutdown).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import queue
 import re
 import threading
 import uuid
@@ -42,6 +48,9 @@ class TraceStore:
         found.sort(key=lambda p: p.stat().st_mtime)
         self._order: deque[str] = deque(p.stem for p in found)
         self._prune()
+        self._pending: dict[str, dict] = {}
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
 
     def path(self, trace_id: str) -> Path | None:
         """The file of `trace_id`, or None for an id that is not one of ours."""
@@ -58,7 +67,43 @@ class TraceStore:
             self._order.append(trace_id)
             self._prune()
 
+    def put(self, trace_id: str, data: dict) -> None:
+        """Queue a trace for the writer thread; it is readable at once."""
+        if self.path(trace_id) is None:
+            raise ValueError(f"not a trace id: {trace_id!r}")
+        with self._lock:
+            self._pending[trace_id] = data
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_queued,
+                                                name="podium-traces", daemon=True)
+                self._writer.start()
+        self._queue.put(trace_id)
+
+    def close(self) -> None:
+        """Write every queued trace, then stop the writer thread."""
+        with self._lock:
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            self._queue.put(None)
+            writer.join()
+
+    def _write_queued(self) -> None:
+        while (trace_id := self._queue.get()) is not None:
+            data = self._pending.get(trace_id)
+            try:
+                self.write(trace_id, data)
+            except (OSError, TypeError, ValueError) as exc:
+                log.warning("trace %s could not be written: %s", trace_id,
+                            getattr(exc, "strerror", None) or exc)
+            finally:
+                with self._lock:
+                    self._pending.pop(trace_id, None)
+
     def read(self, trace_id: str) -> dict | None:
+        with self._lock:
+            waiting = self._pending.get(trace_id)
+        if waiting is not None:
+            return waiting
         path = self.path(trace_id)
         if path is None or not path.is_file():
             return None

@@ -190,6 +190,23 @@ def test_trace_store_keeps_the_newest(tmp_path):
     assert again.path("../x") is None and again.path("tr-" + "0" * 31 + "/") is None
 
 
+def test_trace_store_writes_queued_traces_off_the_caller(tmp_path, caplog):
+    store = TraceStore(tmp_path / "t", keep=5)
+    tids = [new_id() for _ in range(3)]
+    for i, tid in enumerate(tids):
+        store.put(tid, {"n": i})
+        assert store.read(tid) == {"n": i}  # readable at once, written yet or not
+    bad = new_id()
+    store.put(bad, {"n": object()})  # cannot be written: logged, and the others still are
+    store.close()
+    for i, tid in enumerate(tids):
+        assert json.loads((tmp_path / "t" / f"{tid}.json").read_text()) == {"n": i}
+    assert not (tmp_path / "t" / f"{bad}.json").exists() and store.read(bad) is None
+    assert f"trace {bad} could not be written" in caplog.text
+    with pytest.raises(ValueError):
+        store.put("../x", {})
+
+
 # --- errors ---------------------------------------------------------------------------------
 
 def test_auth_errors(http):
