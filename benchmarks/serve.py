@@ -15,7 +15,7 @@ served / direct throughput ratio. Both sides run on the event loop the server ru
 (uvloop, which uvicorn picks up when the `serve` extra installed it; asyncio otherwise).
 Targets: overhead under 5 ms p50, and no loss of throughput at 32 (served ≥ 95% of direct: the worker endpoint is the bound both ways).
 
-    .venv/bin/python benchmarks/serve.py [--latency 0.05] [--requests 400]
+    .venv/bin/python benchmarks/serve.py [--latency 0.05] [--requests 1000]
         [--concurrency 1 8 32] [--out benchmarks/results/serve.json]
 """
 
@@ -120,7 +120,8 @@ async def direct(pool_file: Path, n: int, concurrency: int) -> dict:
         return await load(call, n, concurrency)
 
 
-async def served(base: str, n: int, concurrency: int) -> dict:
+async def served_httpx(base: str, n: int, concurrency: int) -> dict:
+    """The served way asked with httpx (a full Python HTTP client: its own CPU counts too)."""
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits,
                                  trust_env=False) as http:
@@ -131,6 +132,58 @@ async def served(base: str, n: int, concurrency: int) -> dict:
 
         await call(0)
         return await load(call, n, concurrency)
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection that sends a ready-made POST and reads the reply: a
+    load generator that costs next to nothing (like wrk), so the served figures are the
+    server's, not a Python HTTP client's."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: bytes) -> bytes:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        self.writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: "
+                          f"application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                          .encode() + body)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        reply = await self.reader.readexactly(length)
+        assert status == 200, reply
+        return reply
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+async def served(base: str, n: int, concurrency: int) -> dict:
+    """The served way asked over `concurrency` keep-alive connections (`Connection`)."""
+    host, port = base.removeprefix("http://").split(":")
+    free = [Connection(host, int(port)) for _ in range(concurrency)]
+
+    async def call(i: int) -> None:
+        conn = free.pop()
+        try:
+            reply = await conn.post("/v1/chat/completions", json.dumps({
+                "model": "podium", "messages": [{"role": "user", "content": question(i)}]})
+                .encode())
+        finally:
+            free.append(conn)
+        assert b'"content":"<answer>1</answer>"' in reply.replace(b" ", b""), reply
+
+    await call(0)
+    try:
+        return await load(call, n, concurrency)
+    finally:
+        for conn in free:
+            conn.close()
 
 
 def start_server(pool_file: Path, port: int, traces: Path, log: Path) -> subprocess.Popen:
@@ -157,7 +210,7 @@ def start_server(pool_file: Path, port: int, traces: Path, log: Path) -> subproc
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--latency", type=float, default=0.05)
-    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serve.json"))
     args = parser.parse_args()
@@ -174,7 +227,9 @@ def main() -> None:
                 n = args.requests if c > 1 else max(50, args.requests // 8)
                 d = run(direct(pool_file, n, c))
                 s = run(served(f"http://127.0.0.1:{port}", n, c))
+                h = run(served_httpx(f"http://127.0.0.1:{port}", n, c))
                 rows.append({"concurrency": c, "requests": n, "direct": d, "served": s,
+                             "served_httpx": h,
                              "overhead_p50_ms": s["p50_ms"] - d["p50_ms"],
                              "throughput_ratio": s["rps"] / d["rps"]})
         finally:
@@ -184,12 +239,14 @@ def main() -> None:
     print(f"worker latency {1000 * args.latency:.0f} ms · {platform.machine()}, "
           f"{os.cpu_count()} cores · event loop {event_loop()}\n")
     print(f"{'conc':>4}  {'direct rps':>10} {'p50 ms':>7} {'p95 ms':>7}  {'served rps':>10} "
-          f"{'p50 ms':>7} {'p95 ms':>7}  {'overhead p50':>12} {'served/direct':>13}")
+          f"{'p50 ms':>7} {'p95 ms':>7}  {'overhead p50':>12} {'served/direct':>13}  "
+          f"{'httpx rps':>9} {'p50 ms':>7}")
     for r in rows:
-        d, s = r["direct"], r["served"]
+        d, s, h = r["direct"], r["served"], r["served_httpx"]
         print(f"{r['concurrency']:>4}  {d['rps']:>10.1f} {d['p50_ms']:>7.1f} {d['p95_ms']:>7.1f}  "
               f"{s['rps']:>10.1f} {s['p50_ms']:>7.1f} {s['p95_ms']:>7.1f}  "
-              f"{r['overhead_p50_ms']:>9.1f} ms {r['throughput_ratio']:>12.0%}")
+              f"{r['overhead_p50_ms']:>9.1f} ms {r['throughput_ratio']:>12.0%}  "
+              f"{h['rps']:>9.1f} {h['p50_ms']:>7.1f}")
     overhead_ok = all(r["overhead_p50_ms"] < OVERHEAD_MS for r in rows)
     top = max(rows, key=lambda r: r["concurrency"])
     throughput_ok = top["throughput_ratio"] >= THROUGHPUT
@@ -197,7 +254,8 @@ def main() -> None:
           f"{'PASS' if overhead_ok else 'MISS'}; served ≥ {THROUGHPUT:.0%} of direct at "
           f"{top['concurrency']}: {'PASS' if throughput_ok else 'MISS'}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"latency_s": args.latency, "loop": event_loop(), "rows": rows,
+    args.out.write_text(json.dumps({"latency_s": args.latency, "loop": event_loop(),
+                                    "rows": rows,
                                     "overhead_pass": overhead_ok,
                                     "throughput_pass": throughput_ok}, indent=2))
     print(f"wrote {args.out}")
