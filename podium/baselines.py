@@ -124,6 +124,12 @@ def parse_blackbox(spec: str) -> tuple[str, str] | None:
     return url.rstrip("/"), model or "podium"
 
 
+def bare_question(settings: RunSettings) -> RunSettings:
+    """`settings` for asking a worker the question alone, as any client would: no team
+    prompt, no prefill (a black box, or `podium serve --pass-through`)."""
+    return settings.model_copy(update={"worker_messages": "question", "worker_prefill": False})
+
+
 def blackbox_pool(spec: str, pool: Pool) -> tuple[Pool, RunSettings]:
     """The pool for `openai:URL[:MODEL]`: its one worker is that endpoint, asked the bare
     question (run.worker_messages = "question"); the Conductor is never called."""
@@ -139,8 +145,7 @@ def blackbox_pool(spec: str, pool: Pool) -> tuple[Pool, RunSettings]:
     worker = ModelSpec(name=model, backend="openai", base_url=url, model=model,
                        api_key_env=key_env)
     pool = pool.model_copy(update={"workers": [worker]})
-    settings = pool.run.model_copy(update={"worker_messages": "question",
-                                           "worker_prefill": False})
+    settings = bare_question(pool.run)
     return pool.model_copy(update={"run": settings}), settings
 
 

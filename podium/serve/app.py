@@ -47,7 +47,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from podium.baselines import SOLVE
+from podium.baselines import SOLVE, bare_question
 from podium.errors import ConfigError
 from podium.pipeline import Pipeline, RunResult
 from podium.serve import responses as R
@@ -112,8 +112,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
         raise ConfigError(f"A worker is named {MODEL!r}, the team's own model name: rename it "
                           "in the pool to serve workers as models (--pass-through).")
     single = copy.copy(pipeline)  # a pass-through model's runs: the bare question, no prefill
-    single.settings = pipeline.settings.model_copy(update={"worker_messages": "question",
-                                                           "worker_prefill": False})
+    single.settings = bare_question(pipeline.settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -1,5 +1,5 @@
 """Helpers for the server tests: the function-worker pool, a uvicorn server in a thread, a
-`podium serve` subprocess, the test keys."""
+`podium serve` subprocess, the test keys, `podium eval` of a served model."""
 
 from __future__ import annotations
 
@@ -147,3 +147,12 @@ class CliServer:
                 self.proc.kill()
                 self.proc.wait()
         self._fh.close()
+
+
+def eval_blackbox(spec: str, data, out, env: dict | None = None):
+    """`podium eval --system SPEC` on a JSONL of sums, in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "podium.cli.main", "eval", "--task", f"jsonl:{data}",
+         "--system", spec, "--repeats", "1", "--out", str(out), "--task-option",
+         "grader=numeric", "--no-cache"], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "COLUMNS": "200", "NO_PROXY": "127.0.0.1", **(env or {})})

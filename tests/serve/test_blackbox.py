@@ -6,12 +6,9 @@ llama.cpp server)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
-from serve_helpers import KEY
+from serve_helpers import KEY, eval_blackbox
 
 from podium.baselines import parse_blackbox
 from podium.errors import ConfigError
@@ -33,13 +30,6 @@ def test_a_blackbox_spec_needs_a_url():
     with pytest.raises(ConfigError, match="http"):
         parse_blackbox("openai:localhost:8000")
 
-
-def eval_blackbox(spec: str, data, out, env: dict | None = None):
-    return subprocess.run(
-        [sys.executable, "-m", "podium.cli.main", "eval", "--task", f"jsonl:{data}",
-         "--system", spec, "--repeats", "1", "--out", str(out), "--task-option",
-         "grader=numeric", "--no-cache"], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "COLUMNS": "200", "NO_PROXY": "127.0.0.1", **(env or {})})
 
 
 def test_eval_asks_podium_serve_as_one_model(server, tmp_path):

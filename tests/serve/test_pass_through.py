@@ -8,8 +8,7 @@ import json
 import httpx
 import openai
 import pytest
-from serve_helpers import KEY, POOL, ThreadServer, auth
-from test_blackbox import eval_blackbox
+from serve_helpers import KEY, POOL, ThreadServer, auth, eval_blackbox
 
 from podium.errors import ConfigError
 
