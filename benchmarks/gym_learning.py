@@ -42,17 +42,30 @@ def config(folder: Path, seed: int, args: argparse.Namespace) -> Any:
     import tomllib
 
     from podium.train.config import apply_overrides, train_config_from_dict
-    from podium.train.gym import pool_toml, specialists_for
+    from podium.train.gym import pool_toml
 
     folder.mkdir(parents=True, exist_ok=True)
     pool = folder / "pool.toml"
-    pool.write_text(pool_toml(seed, args.mode, specialists_for(args.families)))
+    pool.write_text(pool_toml(seed, args.mode, team(args)))
     data = tomllib.loads(RECIPE.read_text())
     data["data"]["tasks"] = [{"name": "gym", "options": {"families": list(args.families)}}]
     data = apply_overrides(data, [
         f"pool.file={pool}", "grpo.max_steps=100000", "grpo.save_steps=100000",
         f"output.dir={folder / 'out'}", "output.transcripts_per_step=2", *(args.set or [])])
     return train_config_from_dict(data, f"{RECIPE.name}, assignment seed {seed}")
+
+
+def team(args: argparse.Namespace) -> tuple[str, ...]:
+    """The pool's specialists, in the gym's order (so a seed means the same assignment):
+    --specialists, or those the families need."""
+    from podium.train.gym import SPECIALISTS, specialists_for
+
+    if not args.specialists:
+        return specialists_for(args.families)
+    unknown = set(args.specialists) - set(SPECIALISTS)
+    if unknown:
+        raise SystemExit(f"unknown specialists {sorted(unknown)}; choose from {SPECIALISTS}")
+    return tuple(s for s in SPECIALISTS if s in args.specialists)
 
 
 class HeldOut:
@@ -221,6 +234,8 @@ def main() -> None:
     parser.add_argument("--with", dest="earlier", type=Path, help="a JSON this script wrote: "
                         "its assignments are reported, not run again (a stopped run continues)")
     parser.add_argument("--families", nargs="+", default=list(DEFAULT_FAMILIES))
+    parser.add_argument("--specialists", nargs="+", help="the pool's specialists (default: "
+                        "those the families need; more are distractors)")
     parser.add_argument("--mode", choices=("question", "subtask"), default="question")
     parser.add_argument("--minutes", type=float, default=25)
     parser.add_argument("--eval-every", type=int, default=5)
@@ -228,13 +243,13 @@ def main() -> None:
     parser.add_argument("--set", action="append", help="a training config override")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gym_learning.json"))
     args = parser.parse_args()
-    from podium.train.gym import assignment, specialists_for
+    from podium.train.gym import assignment
 
     results = json.loads(args.earlier.read_text())["results"] if args.earlier else []
     seen = {tuple(r["assignment"]) for r in results}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.assignments:
-            names = tuple(assignment(seed, specialists_for(args.families)))
+            names = tuple(assignment(seed, team(args)))
             if names in seen:
                 print(f"assignment seed {seed}: {', '.join(names)} is already measured; "
                       "skipped", flush=True)

@@ -171,6 +171,11 @@ class Outcome:
         return self.status == "ok" and self.grade is not None and self.grade.correct
 
     @property
+    def worker_calls(self) -> int:
+        """Worker calls made (cache hits included): every call but the Conductor's own."""
+        return self.used.calls - sum(r.decision != "fixed" for r in self.rounds)
+
+    @property
     def recursion(self) -> Decision | None:
         """The last recursion round's decision (kept, revised, format_error, failed), if any."""
         return self.rounds[-1].decision if len(self.rounds) > 1 else None

@@ -88,6 +88,12 @@ class RewardSection(_Section):
                                "x cost / cost_scale, cost being the rollout's list-price USD.")
     cost_scale: float = Field(0.001, gt=0, description="The cost that one unit of cost_weight "
                               "stands for (USD).")
+    extra_call_penalty: float = Field(
+        0.0, ge=0, lt=0.5, description="Beyond the paper: a right answer scores right - "
+        "extra_call_penalty x (worker calls - 1); wrong answers and format errors are not "
+        "penalised, so a longer plan loses only to a shorter plan that is also right "
+        "(docs/gym.md: it stops the first step of a two-step plan free-riding on one-step "
+        "questions).")
 
 
 class SubpoolSection(_Section):
@@ -146,6 +152,11 @@ class GRPOSection(_Section):
     constrained: bool = Field(False, description="Sample every rollout under the Conductor's "
                               "grammar (valid workflows only; transformers generation with "
                               "xgrammar), as a constrained Conductor runs at inference.")
+    credit: Literal["all", "live"] = Field(
+        "all", description="all: every completion token takes the rollout's advantage (the "
+        "paper); live: the tokens writing a step the final answer cannot depend on (not the "
+        "last step, not seen by it) are left out of the loss (podium.train.credit; needs "
+        "constrained = true).")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus (0: none).")
     seed: int = Field(42, description="Seed of sampling and of the trainer.")
     save_steps: int = Field(20, ge=1, description="Checkpoint every N steps.")
@@ -193,6 +204,12 @@ class TrainConfig(_Section):
             raise ValueError("subpool.k_max must be at least subpool.k_min")
         if self.recursion.fraction and int(self.grpo.generations * self.recursion.fraction) < 1:
             raise ValueError("recursion.fraction x grpo.generations must be at least 1")
+        if self.grpo.credit == "live" and not self.grpo.constrained:
+            raise ValueError("grpo.credit = 'live' reads the steps from grammar-held rollouts: "
+                             "set grpo.constrained = true too")
+        if self.grpo.credit == "live" and self.recursion.fraction:
+            raise ValueError("grpo.credit = 'live' is for single-round training: set "
+                             "recursion.fraction = 0 or grpo.credit = 'all'")
         return self
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from podium.conductor import grammar_for
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
+from podium.train.credit import live_mask
 from podium.train.data import view_of
 
 
@@ -81,8 +82,9 @@ def generate(trainer: Any, prompt_ids: list[list[int]],
 class ConstrainedRollout:
     """TRL's `rollout_func` for single-round training with grammar-held rollouts."""
 
-    def __init__(self, grammars: Grammars, tokenizer: Any, rows: list[dict[str, Any]]) -> None:
-        self.grammars, self.tokenizer = grammars, tokenizer
+    def __init__(self, grammars: Grammars, tokenizer: Any, rows: list[dict[str, Any]],
+                 credit: str = "all") -> None:
+        self.grammars, self.tokenizer, self.credit = grammars, tokenizer, credit
         self.rows = {row["prompt"]: row for row in rows}
 
     def __call__(self, prompts: list[str], trainer: Any) -> dict[str, Any]:
@@ -90,4 +92,7 @@ class ConstrainedRollout:
         grammars = [self.grammars.compiled(tuple(self.rows[p]["workers"]), False)
                     for p in prompts]
         completions, logprobs = generate(trainer, ids, grammars, self.grammars.processor)
-        return {"prompt_ids": ids, "completion_ids": completions, "logprobs": logprobs}
+        out = {"prompt_ids": ids, "completion_ids": completions, "logprobs": logprobs}
+        if self.credit == "live":  # TRL leaves tokens with env_mask 0 out of the loss
+            out["env_mask"] = [live_mask(self.tokenizer, c) for c in completions]
+        return out

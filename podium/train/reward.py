@@ -20,7 +20,9 @@ crash; `podium.outcome`) is not the policy's doing: with `on_infra_failure = "dr
 is None, which TRL treats as unscorable (left out of its group's mean and std, advantage 0),
 and it is counted; with `"zero"` it scores 0, as in the reference code. An optional cost term
 subtracts `cost_weight x cost / cost_scale` (the rollout's list-price cost, the Conductor's own
-tokens included).
+tokens included); an optional call penalty takes `extra_call_penalty` off a right answer for
+each worker call beyond the first, so that among right plans the shortest wins, while a wrong
+longer plan costs no more than a wrong shorter one (exploring two steps stays free).
 
 Each step logs, through TRL's `log_metric`: the correct and format-error rates, parse failures
 by reason, dropped (infra) rollouts, the mean step count and the share of each count, the
@@ -62,6 +64,8 @@ def reward_of(outcome: Outcome, spec: RewardSection, round_: int = 0) -> float |
     else:
         bad = outcome.format_error
     reward = fmt if bad else (right if outcome.correct else wrong)
+    if outcome.correct and not bad and spec.extra_call_penalty:
+        reward -= spec.extra_call_penalty * max(outcome.worker_calls - 1, 0)
     if spec.cost_weight and outcome.used.cost is not None:
         reward -= spec.cost_weight * outcome.used.cost / spec.cost_scale
     return reward

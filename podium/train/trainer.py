@@ -183,7 +183,7 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
     if recursion:
         rollout = RecursionRollout(reward, recursion, settings, tokenizer, rows, grammars)
     elif grammars is not None:
-        rollout = ConstrainedRollout(grammars, tokenizer, rows)
+        rollout = ConstrainedRollout(grammars, tokenizer, rows, config.grpo.credit)
     if rollout is not None:  # TRL's rollout_func is marked experimental; podium pins its TRL
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     plan.trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=grpo_args(config),
@@ -222,7 +222,9 @@ def describe(plan: Plan) -> list[str]:
         "sub-pools   " + (f"{sub.fraction:.0%} of rows, k {sub.k_min}..{sub.k_max or 'n'}, "
                           f"ids {plan.settings.subpool_ids}" if sub.fraction else "none"),
         f"reward      {c.reward.scheme}, infra failures {c.reward.on_infra_failure}"
-        + (f", cost weight {c.reward.cost_weight}" if c.reward.cost_weight else ""),
+        + (f", cost weight {c.reward.cost_weight}" if c.reward.cost_weight else "")
+        + (f", {c.reward.extra_call_penalty} off a right answer per extra call"
+           if c.reward.extra_call_penalty else ""),
         "recursion   " + (f"{int(g.generations * c.recursion.fraction)} of {g.generations} "
                           f"rollouts continue into round 1 ({plan.settings.recursion_template} "
                           f"prompt), discount {c.recursion.discount}, "
@@ -235,7 +237,8 @@ def describe(plan: Plan) -> list[str]:
         f"beta {g.beta}, clip {g.epsilon}, loss {g.loss_type}, T {g.temperature}, "
         f"completions <= {g.max_completion_tokens} tokens",
         f"generation  {'vLLM ' + g.vllm_mode if g.use_vllm else 'transformers'}"
-        + (", under the Conductor's grammar" if g.constrained else ""),
+        + (", under the Conductor's grammar" if g.constrained else "")
+        + (", dead steps left out of the loss" if g.credit == "live" else ""),
         f"output      {c.output.dir} (checkpoints every {g.save_steps} steps)",
     ]
 

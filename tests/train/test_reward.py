@@ -105,14 +105,15 @@ def test_reindexed_sub_pools_are_shown_as_0_to_k_minus_1(tmp_path):
         assert view.pool_indices() == row["workers"]
 
 
-def reward_for(tmp_path: Path, completions: list[str], workers: list[int]) -> list:
+def reward_for(tmp_path: Path, completions: list[str], workers: list[int],
+               spec: RewardSection | None = None) -> list:
     data = data_with(tmp_path, SubpoolSection())
     row = data.rows[0]
 
     async def go():
         async with Pipeline(POOL, settings=POOL.run.model_copy(update={"fallback": False})
                             ) as pipe:
-            reward = ConductorReward(pipe, data, RewardSection())
+            reward = ConductorReward(pipe, data, spec or RewardSection())
             n = len(completions)
             return await reward(prompts=[""] * n, completions=completions,
                                 completion_ids=[[1, 2]] * n, messages=[row["messages"]] * n,
@@ -136,6 +137,17 @@ def test_the_reward_runs_each_rollout_and_an_out_of_view_id_is_a_format_error(tm
                                        'model_id = [2]\nsubtasks = ["Add"]\naccess_list = [[]]'],
                             [2])
     assert rewards == [0.0, 0.5]
+
+
+def test_the_extra_call_penalty_prefers_the_shortest_right_plan(tmp_path):
+    plans = ['model_id = [1]\nsubtasks = ["Add"]\naccess_list = [[]]',  # right in one call
+             'model_id = [0, 1]\nsubtasks = ["Zero", "Add"]\naccess_list = [[], []]',  # two
+             'model_id = [1, 0]\nsubtasks = ["Add", "Zero"]\naccess_list = [[], []]',  # wrong
+             'model_id = [0]\nsubtasks = ["Zero"]\naccess_list = [[]]']  # wrong in one
+    spec = RewardSection(extra_call_penalty=0.1)
+    rewards, _ = reward_for(tmp_path, plans, [], spec)
+    assert rewards == pytest.approx([1.0, 0.9, 0.5, 0.5])  # only right answers pay for calls
+    assert reward_for(tmp_path, plans, [])[0] == [1.0, 1.0, 0.5, 0.5]  # off by default
 
 
 def test_config_rejects_unknown_keys_and_takes_overrides(tmp_path):

@@ -1,0 +1,80 @@
+"""Live-step credit: leave out of the loss the tokens the reward cannot depend on.
+
+GRPO gives every token of a rollout the rollout's advantage. In a workflow, a step that is not
+the last and that the last step does not see (directly, or through a step it sees) cannot
+change the final answer: its worker, subtask and access entry are free riders. For a one-step
+question answered by the second step of a two-step plan, the first step's worker is reinforced
+whenever the plan is right, whatever it is, so it drifts towards one worker for every question;
+on the gym that drift is what keeps the chained family out of reach (docs/gym.md).
+
+With `[grpo] credit = "live"`, the tokens that write a dead step's id, subtask and access entry
+are masked out of the loss (TRL's `env_mask` from the rollout function); everything else,
+including the tokens that decide how many steps there are, keeps the rollout's advantage. The
+mask is read from the completion's text, which the Conductor's grammar holds to
+
+    [reasoning "\\n"] model_id = [i, ...]\\nsubtasks = ["...", ...]\\naccess_list = [a, ...]
+
+with each access entry [] or "all", so it needs `[grpo] constrained = true`. A completion that
+does not read as that (never, under the grammar) is left whole.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from podium.workflow.grammar import OPENING
+
+_STRING = re.compile(r'"[^"]*"')
+_ACCESS = re.compile(r'\[\]|"all"')
+_ID = re.compile(r"[0-9]+")
+
+
+def step_spans(text: str) -> tuple[list[list[tuple[int, int]]], list[bool]] | None:
+    """For a grammar-held completion (the prefill's OPENING optional): each step's character
+    spans (id, subtask, access entry) and whether its access entry is "all"; None when the
+    text is not in the grammar's shape."""
+    start = text.find(OPENING)
+    start = 0 if start < 0 else start + len(OPENING)
+    ids_end = text.find("]", start)
+    sub_start = text.find("subtasks = [", ids_end)
+    acc_start = text.find("access_list = [", sub_start)
+    if min(ids_end, sub_start, acc_start) < 0:
+        return None
+    ids = [(m.start() + start, m.end() + start) for m in _ID.finditer(text[start:ids_end])]
+    subs = [(m.start() + sub_start, m.end() + sub_start)
+            for m in _STRING.finditer(text[sub_start:acc_start])]
+    accs = list(_ACCESS.finditer(text, acc_start))
+    if not ids or not len(ids) == len(subs) == len(accs):
+        return None
+    spans = [[ids[i], subs[i], accs[i].span()] for i in range(len(ids))]
+    return spans, [a.group(0) == '"all"' for a in accs]
+
+
+def dead_steps(sees_all: Sequence[bool]) -> set[int]:
+    """Steps the last step does not depend on: not the last, and not seen by a live step
+    (access "all" sees every earlier step; [] sees none)."""
+    live = {len(sees_all) - 1}
+    for i in range(len(sees_all) - 1, -1, -1):
+        if i in live and sees_all[i]:
+            live.update(range(i))
+    return set(range(len(sees_all))) - live
+
+
+def live_mask(tokenizer: Any, completion_ids: Sequence[int]) -> list[int]:
+    """1 for each token that keeps the rollout's advantage, 0 for a token that overlaps a
+    dead step's id, subtask or access entry."""
+    ids = list(completion_ids)
+    ends = [len(tokenizer.decode(ids[:k + 1], skip_special_tokens=True))
+            for k in range(len(ids))]
+    found = step_spans(tokenizer.decode(ids, skip_special_tokens=True))
+    if found is None:
+        return [1] * len(ids)
+    spans, sees_all = found
+    dead = [span for i in dead_steps(sees_all) for span in spans[i]]
+    mask, begin = [], 0
+    for end in ends:
+        mask.append(0 if any(begin < b and a < end for a, b in dead) else 1)
+        begin = end
+    return mask

@@ -1,0 +1,102 @@
+"""Live-step credit: which tokens of a grammar-held completion stay in the loss."""
+
+from __future__ import annotations
+
+import pytest
+
+from podium.train.credit import dead_steps, live_mask, step_spans
+
+
+def test_dead_steps_follow_the_access_lists():
+    assert dead_steps([False]) == set()
+    assert dead_steps([False, False]) == {0}  # the last step sees nothing: step 0 is dead
+    assert dead_steps([False, True]) == set()
+    assert dead_steps([False, False, True]) == set()  # "all" sees both
+    assert dead_steps([False, True, False]) == {0, 1}
+    assert dead_steps([False, False, False, True]) == set()
+
+
+def test_step_spans_read_the_grammar_shape():
+    text = '2, 0]\nsubtasks = ["Count it", "Add things"]\naccess_list = [[], "all"]'
+    spans, sees_all = step_spans(text)
+    assert sees_all == [False, True]
+    assert [[text[a:b] for a, b in step] for step in spans] == [
+        ["2", '"Count it"', "[]"], ["0", '"Add things"', '"all"']]
+    reasoned = 'reverse it\nmodel_id = [1]\nsubtasks = ["Reverse it"]\naccess_list = [[]]'
+    spans, _ = step_spans(reasoned)
+    assert [reasoned[a:b] for a, b in spans[0]] == ["1", '"Reverse it"', "[]"]
+    assert step_spans("no lists here") is None
+    assert step_spans('1, 2]\nsubtasks = ["One only"]\naccess_list = [[]]') is None
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    pytest.importorskip("transformers")
+    from podium.train.model import load_policy
+
+    return load_policy("smollm2")[1]
+
+
+def test_the_mask_leaves_out_exactly_the_dead_step(tokenizer):
+    text = '2, 0]\nsubtasks = ["Count letters", "Add numbers"]\naccess_list = [[], []]'
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    mask = live_mask(tokenizer, ids)
+    assert len(mask) == len(ids)
+    dropped = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if not m])
+    kept = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m], skip_special_tokens=True)
+    assert "2" in dropped and "Count" in dropped and "Count" not in kept
+    assert "Add numbers" in kept and "0]" in kept and "access_list" in kept
+    seen = text.replace("[[], []]", '[[], "all"]')  # now step 0 feeds the answer
+    ids = tokenizer(seen, add_special_tokens=False)["input_ids"]
+    assert live_mask(tokenizer, ids) == [1] * len(ids)
+    ids = tokenizer("not a workflow", add_special_tokens=False)["input_ids"]
+    assert live_mask(tokenizer, ids) == [1] * len(ids)  # unreadable: left whole
+
+
+@pytest.mark.parametrize(("mask_value", "moves"), [(0, False), (1, True)])
+def test_trl_leaves_masked_tokens_out_of_the_loss(tmp_path, mask_value, moves):
+    """The contract credit = "live" relies on: an `env_mask` of 0 from the rollout function
+    takes a token out of TRL's loss (all masked: nothing moves; none masked: the policy
+    moves)."""
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from podium.train.model import load_policy
+
+    model, tok = load_policy("smollm2")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def rollout(prompts, trainer):
+        ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        completions = [[tok.encode(str(i))[0], tok.eos_token_id] for i in range(len(prompts))]
+        return {"prompt_ids": ids, "completion_ids": completions, "logprobs": None,
+                "env_mask": [[mask_value] * len(c) for c in completions]}
+
+    def reward(prompts, completions, **kwargs):
+        return [float(i % 2) for i in range(len(completions))]
+
+    args = GRPOConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4,
+                      num_generations=4, max_completion_length=4, learning_rate=1e-3,
+                      beta=0.0, use_cpu=True, report_to="none", seed=0, save_strategy="no",
+                      logging_steps=1)
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args,
+                          train_dataset=Dataset.from_list([{"prompt": "Say a number."}] * 4),
+                          processing_class=tok, rollout_func=rollout)
+    trainer.train()
+    moved = any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert moved is moves
+
+
+def test_live_credit_needs_grammar_held_single_round_rollouts():
+    from podium.errors import ConfigError
+    from podium.train.config import train_config_from_dict
+
+    base = {"data": {"tasks": [{"name": "gsm8k"}]}}
+    with pytest.raises(ConfigError, match="constrained = true"):
+        train_config_from_dict({**base, "grpo": {"credit": "live"}})
+    with pytest.raises(ConfigError, match="recursion.fraction = 0"):
+        train_config_from_dict({**base, "grpo": {"credit": "live", "constrained": True},
+                                "recursion": {"fraction": 0.5}})
+    ok = train_config_from_dict({**base, "grpo": {"credit": "live", "constrained": True}})
+    assert ok.grpo.credit == "live"
