@@ -38,7 +38,8 @@ RECIPE = Path(__file__).resolve().parents[1] / "configs" / "train" / "gym-cpu.to
 
 def config(folder: Path, seed: int, args: argparse.Namespace) -> Any:
     """configs/train/gym-cpu.toml with this assignment's pool, the families, no step limit (the
-    clock stops training) and the --set overrides."""
+    clock stops training, so the learning rate is constant; warm up with grpo.warmup_steps) and
+    the --set overrides."""
     import tomllib
 
     from podium.train.config import apply_overrides, train_config_from_dict
@@ -51,6 +52,7 @@ def config(folder: Path, seed: int, args: argparse.Namespace) -> Any:
     data["data"]["tasks"] = [{"name": "gym", "options": {"families": list(args.families)}}]
     data = apply_overrides(data, [
         f"pool.file={pool}", "grpo.max_steps=100000", "grpo.save_steps=100000",
+        "grpo.lr_scheduler=constant",  # the clock, not max_steps, ends the run
         f"output.dir={folder / 'out'}", "output.transcripts_per_step=2", *(args.set or [])])
     return train_config_from_dict(data, f"{RECIPE.name}, assignment seed {seed}")
 

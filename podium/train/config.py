@@ -131,6 +131,9 @@ class GRPOSection(_Section):
     lr_scheduler: str = Field("cosine", description="transformers scheduler name.")
     warmup_ratio: float = Field(0.03, ge=0, le=1, description="Share of the steps spent "
                                 "warming up the learning rate (the paper: 0.03).")
+    warmup_steps: int | None = Field(None, ge=0, description="Warm-up steps; set, it replaces "
+                                     "warmup_ratio (for runs stopped by the clock, not by "
+                                     "max_steps).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay (the paper: 0).")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     adam_epsilon: float = Field(1e-8, gt=0, description="Adam's eps (D7: the paper's 0.2 is "

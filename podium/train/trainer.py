@@ -91,7 +91,8 @@ def grpo_args(config: TrainConfig, processes: int | None = None) -> Any:
         num_generations=g.generations,
         learning_rate=g.learning_rate,
         lr_scheduler_type=g.lr_scheduler,
-        warmup_steps=math.ceil(g.warmup_ratio * g.max_steps),
+        warmup_steps=(g.warmup_steps if g.warmup_steps is not None
+                      else math.ceil(g.warmup_ratio * g.max_steps)),
         weight_decay=g.weight_decay,
         max_grad_norm=g.max_grad_norm,
         adam_epsilon=g.adam_epsilon,
@@ -233,7 +234,8 @@ def describe(plan: Plan) -> list[str]:
         f"steps       {g.max_steps} x {g.questions_per_step} questions x {g.generations} "
         f"rollouts = {completions} completions/step ({per_device} per pass x {processes} "
         f"process(es) x {math.ceil(completions / (per_device * processes))} accumulated)",
-        f"optimiser   lr {g.learning_rate} {g.lr_scheduler}, warm-up {g.warmup_ratio}, "
+        f"optimiser   lr {g.learning_rate} {g.lr_scheduler}, warm-up "
+        f"{g.warmup_ratio if g.warmup_steps is None else f'{g.warmup_steps} steps'}, "
         f"beta {g.beta}, clip {g.epsilon}, loss {g.loss_type}, T {g.temperature}, "
         f"completions <= {g.max_completion_tokens} tokens",
         f"generation  {'vLLM ' + g.vllm_mode if g.use_vllm else 'transformers'}"

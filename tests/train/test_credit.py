@@ -100,3 +100,4 @@ def test_live_credit_needs_grammar_held_single_round_rollouts():
                                 "recursion": {"fraction": 0.5}})
     ok = train_config_from_dict({**base, "grpo": {"credit": "live", "constrained": True}})
     assert ok.grpo.credit == "live"
+

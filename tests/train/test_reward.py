@@ -183,3 +183,20 @@ def test_recursion_layout_blend_and_per_round_normalisation():
     rounds = [0, 0, 1, 1, 0, 0, 1, 1]
     std = per_round([1.0, 0.0, 0.5, 0.5, 1.0, 0.5, 0.0, 1.0], rounds, 4)
     assert std == [1.0, -1.0, 0.0, 0.0, 1.0, -1.0, -1.0, 1.0]  # a round with no spread: 0
+
+
+def test_warmup_steps_replace_the_ratio(tmp_path):
+    """A run stopped by the clock sets max_steps out of reach, so a ratio of it means nothing:
+    warmup_steps gives the warm-up directly."""
+    pytest.importorskip("trl")
+    from podium.train.config import train_config_from_dict
+    from podium.train.trainer import grpo_args
+
+    def args(**grpo):
+        return grpo_args(train_config_from_dict({
+            "data": {"tasks": [{"name": "gsm8k"}]}, "output": {"dir": str(tmp_path)},
+            "grpo": {"max_steps": 100, "warmup_ratio": 0.1, **grpo}}))
+
+    assert args().warmup_steps == 10
+    assert args(warmup_steps=3).warmup_steps == 3
+    assert args(warmup_steps=0).warmup_steps == 0
