@@ -7,7 +7,8 @@ Conductor's completion is held to:
     free reasoning (up to 3 short lines by default, no brackets, '=' or ':')
     model_id = [i, ...]          ids drawn from the pool
     subtasks = ["...", ...]      one instruction per step: a capital letter, then 9+ characters
-                                 (no ':' or '=', so no subtask reads as a list's label)
+                                 (no ':' or '=', so no subtask reads as a list's label; no
+                                 curly quotes or backticks, which the parser normalises)
     access_list = [[], ...]      [] or "all" ("all" at step 0 only in a recursion round,
                                  where it shows the previous round)
 
@@ -52,7 +53,7 @@ def workflow_grammar(
         *(["root ::= workflow"] if opened else reasoning),
         "workflow ::= " + " | ".join(alternatives),
         "id ::= " + " | ".join(f'"{i}"' for i in sorted(set(worker_ids))),
-        f"str ::= \"\\\"\" [A-Z] [^\"\\\\\\n:=]{{9,{max_subtask_chars}}} \"\\\"\"",
+        f"str ::= \"\\\"\" [A-Z] [^\"\\\\\\n:=“”‘’`]{{9,{max_subtask_chars}}} \"\\\"\"",
         "acc ::= \"[]\" | \"\\\"all\\\"\"",
         f'keep ::= "{"" if opened else "model_id = ["}]\\nsubtasks = []\\naccess_list = []"',
     ]

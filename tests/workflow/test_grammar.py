@@ -69,3 +69,18 @@ def test_a_subtask_cannot_hold_a_list_label():
     reasoned = workflow_grammar([0, 1], 2, max_reason_chars=20, max_reason_lines=1)
     assert accepts(reasoned, " reverse a word\n" + "model_id = [" + good)
     assert not accepts(reasoned, " reverse a word\nand more\n" + "model_id = [" + good)
+
+
+def test_every_subtask_the_grammar_admits_reads_back_unchanged():
+    """The parser turns curly quotes into straight ones and drops backticks, so a subtask
+    holding “ or ” would split its list (a grammar-held rollout scored as a format error):
+    the grammar keeps them out."""
+    grammar = workflow_grammar([0, 1], 2, opened=True)
+    for subtask in ("Say “hi” to it", "Say ‘hi’ to it", "Run `ls` here"):
+        text = f'0, 1]\nsubtasks = ["{subtask}", "Then the rest"]\naccess_list = [[], []]'
+        assert not accepts(grammar, text)
+    admitted = "Mixed [1], 'x' # ok"
+    text = f'0, 1]\nsubtasks = ["{admitted}", "Then the rest"]\naccess_list = [[], []]'
+    assert accepts(grammar, text)
+    wf = parse_workflow("model_id = [" + text, num_workers=2, max_steps=2)
+    assert [s.subtask for s in wf.steps] == [admitted, "Then the rest"]
