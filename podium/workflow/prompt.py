@@ -27,7 +27,8 @@ the ablations (other few-shot sets, no examples, recursion templates) are a name
 the paper's shape (reason first, then the lists); `compact` is for small Conductors and fast CPU
 training: a short template whose prefill (``model_id = [``) opens the lists, so the plan comes
 at once (the completion is parsed together with the prefill it continues); `compact-reason` is
-the same template with a one-line thought first ("The question asks to ..."). All
+the same template with a one-line thought first ("The question asks to ..."); `compact-defined`
+is `compact` with both access values defined ("all" = the earlier steps' responses). All
 wording here is podium's own; the few-shot questions are written for podium and come from none
 of the benchmarks it evaluates.
 """
@@ -275,6 +276,19 @@ model_id, subtasks and access_list as three lists.
 Models:
 {models}"""
 
+# The compact template with both access values defined and the rule for using one ("all"
+# written about four times as often by the untrained 135M model; docs/gym.md, run H)
+_TEMPLATE_COMPACT_DEFINED = """\
+Answer the question with a team of models, in at most {max_steps} steps. Write three lists: \
+model_id (which model does each step), subtasks (what each step does) and access_list (what \
+each step sees: "all" = the responses of the earlier steps, [] = nothing). The last step's \
+response is the answer; a step that uses an earlier result must have "all".
+
+{examples}Question: {question}
+
+Models:
+{models}"""
+
 PROMPTS: dict[str, ConductorPrompt] = {
     "v1": ConductorPrompt(
         name="v1",
@@ -288,6 +302,14 @@ PROMPTS: dict[str, ConductorPrompt] = {
         name="compact",
         system=_SYSTEM_V1,
         template=_TEMPLATE_COMPACT,
+        prefill="model_id = [",
+        recursion=_RECURSION_V1,
+        recursion_prefill=_RECURSION_PREFILL_V1,
+    ),
+    "compact-defined": ConductorPrompt(
+        name="compact-defined",
+        system=_SYSTEM_V1,
+        template=_TEMPLATE_COMPACT_DEFINED,
         prefill="model_id = [",
         recursion=_RECURSION_V1,
         recursion_prefill=_RECURSION_PREFILL_V1,
