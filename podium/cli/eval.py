@@ -113,7 +113,7 @@ async def _run(args: dict, console: Console) -> dict:
 async def _run_locked(args: dict, console: Console, task, items: list, pool, settings,
                       split: str, out: Path, task_options: dict) -> dict:
     from podium.baselines import build_system
-    from podium.eval.folder import check_meta, fingerprint
+    from podium.eval.folder import check_meta, fingerprint, local_files
     from podium.eval.runner import (
         RECORD_FORMAT,
         RESULTS,
@@ -139,7 +139,10 @@ async def _run_locked(args: dict, console: Console, task, items: list, pool, set
             "started": time.strftime("%Y-%m-%d %H:%M:%S"),
             "fingerprint": fingerprint(pool, settings, task_options,
                                        conductor=args.get("conductor"), preset=args["preset"]),
-            "isolation": isolation}
+            "isolation": isolation,
+            "local_files": local_files([
+                args.get("conductor"), pool.conductor.model, *(w.model for w in pool.workers),
+                *(args["task"].split(":", 1)[1:] if ":" in args["task"] else [])])}
     # settings are checked before the results file is touched: a refused resume changes nothing
     check_meta(out, meta, records=list(load_results(path).records.values()),
                retry_errors=args["retry_errors"], record_format=RECORD_FORMAT, warn=warn)

@@ -21,6 +21,13 @@ the records in it from being paid twice or mixed:
   be resumed with gentler limits; so are `--n` and `--repeats`, so a run can be extended.
   A `meta.json` written before fingerprints existed is adopted with a warning.
 
+* **The files behind the names.** The fingerprint names a `--conductor` checkpoint, a local
+  model or a `jsonl:` task file by path; `meta.json` also stores what is at each such path
+  (`local_files`: every file's size and modification time, for a folder all of its files), so
+  a Conductor retrained into the same folder, or a question file edited under the same name,
+  is refused on resume like any other change. A `meta.json` without them is resumed with a
+  warning that the files could not be checked.
+
 * **Damaged files.** A `meta.json` that does not parse is a ConfigError naming the file: it
   says which settings wrote the records, so they cannot be resumed safely without it (when
   there are no records yet it is simply rewritten). Bad lines in `results.jsonl` are handled
@@ -144,6 +151,26 @@ def fingerprint(pool: Any, settings: Any, task_options: dict, *, conductor: str 
     return {"hash": hashlib.sha256(text.encode()).hexdigest(), "parts": parts}
 
 
+def local_files(paths: Any) -> dict[str, str]:
+    """What is at each of `paths` that exists locally now: a digest of every file's relative
+    name, size and modification time (cheap for multi-GB weights; an edit or a retrain
+    changes it). Paths that do not exist (model names, URLs) are left out."""
+    out = {}
+    for raw in dict.fromkeys(p for p in paths if p):
+        path = Path(str(raw)).expanduser()
+        try:
+            files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else (
+                [path] if path.is_file() else [])
+            if not files:
+                continue
+            entries = [(str(f.relative_to(path)) if f != path else f.name, f.stat().st_size,
+                        f.stat().st_mtime_ns) for f in files]
+        except OSError:
+            continue
+        out[str(raw)] = hashlib.sha256(json.dumps(entries).encode()).hexdigest()[:16]
+    return out
+
+
 def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
@@ -253,6 +280,7 @@ def _check_resume(out: Path, old: dict, meta: dict, record_format: int, warn: An
             raise ConfigError(
                 f"{out} already holds results for {key} = {old.get(key)!r}, not "
                 f"{meta.get(key)!r}. Use another --out folder, or the same settings to resume.")
+    _check_files(out, old, meta, warn, keeps)
     before = old.get("fingerprint")
     if not isinstance(before, dict) or "hash" not in before:
         if warn is not None:
@@ -272,3 +300,22 @@ def _check_resume(out: Path, old: dict, meta: dict, record_format: int, warn: An
             f"{out} holds results from other settings, and resuming would mix them: "
             f"{shown or 'the settings fingerprint differs'}. Rerun with the settings it was "
             f"started with (they are in {out / META}), or give this run another --out.")
+
+
+def _check_files(out: Path, old: dict, meta: dict, warn: Any, keeps: bool) -> None:
+    """Refuse a resume when a file behind a path in the settings changed since `out` began."""
+    now = meta.get("local_files") or {}
+    if "local_files" not in old:
+        if now and warn is not None:
+            warn(f"{out / META} predates file checks, so podium cannot tell whether "
+                 f"{', '.join(now)} changed since its results were written; resuming.")
+        return
+    changed = [p for p in dict.fromkeys([*old["local_files"], *now])
+               if old["local_files"].get(p) != now.get(p)]
+    if not changed or not keeps:
+        return
+    raise ConfigError(
+        f"{out} holds results made with other files at the same path: {', '.join(changed)} "
+        "changed since it was started (a Conductor retrained into the same folder, a question "
+        "file edited), and resuming would mix results from both. Give this run another --out, "
+        "or move the old files back.")

@@ -299,3 +299,42 @@ def test_out_naming_a_file_is_a_config_error(folder):
     assert f"--out {folder.out} is a file; give a folder" in flat(proc.stderr)
     assert "Traceback" not in proc.stderr
     assert folder.out.read_text() == "not a folder"
+
+
+def test_a_file_changed_under_the_same_path_is_refused_on_resume(folder):
+    """The settings name the question file (or a --conductor checkpoint) by path; what is at
+    the path is checked too, so a file edited (or a Conductor retrained) in place cannot mix
+    its results with the old ones."""
+    assert folder.eval().returncode == 0
+    meta = json.loads((folder.out / "meta.json").read_text())
+    assert list(meta["local_files"]) == [str(folder.data)]
+    stat = folder.data.stat()
+    os.utime(folder.data, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # edited in place
+    proc = folder.eval()
+    assert proc.returncode == 2, proc.stderr
+    message = flat(proc.stderr)
+    assert f"{folder.data} changed since it was started" in message and "another --out" in message
+    assert "Traceback" not in proc.stderr
+    # a meta.json written before file checks resumes, with a warning
+    meta.pop("local_files")
+    (folder.out / "meta.json").write_text(json.dumps(meta))
+    proc = folder.eval()
+    assert proc.returncode == 0, proc.stderr
+    assert "predates file checks" in flat(proc.stderr)
+    assert len(folder.call_pids()) == N  # nothing was run twice
+
+
+def test_local_files_see_a_checkpoint_retrained_in_place(tmp_path):
+    from podium.eval.folder import local_files
+
+    ckpt = tmp_path / "final"
+    (ckpt / "sub").mkdir(parents=True)
+    (ckpt / "model.safetensors").write_bytes(b"weights-1")
+    (ckpt / "sub" / "config.json").write_text("{}")
+    before = local_files([str(ckpt), "gpt-4o", "", None, str(tmp_path / "missing")])
+    assert list(before) == [str(ckpt)]  # names and missing paths are not files
+    assert local_files([str(ckpt)]) == before  # the same files: the same digest
+    (ckpt / "model.safetensors").write_bytes(b"weights-2")  # retrained into the same folder
+    stat = (ckpt / "model.safetensors").stat()
+    os.utime(ckpt / "model.safetensors", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert local_files([str(ckpt)]) != before
