@@ -264,6 +264,16 @@ def check_meta(out: Path, meta: dict, *, records: list[dict], retry_errors: bool
                               f"which settings wrote them. {resume_fix}")
         keeps = any(not (retry_errors and r.get("status") == "error") for r in records)
         _check_resume(out, old, meta, record_format, warn, keeps)
+        earlier = list(old.get("isolation_earlier") or []) if keeps else []
+        changed = keeps and "isolation" in old and old["isolation"] != meta.get("isolation")
+        if changed:
+            earlier.append(old["isolation"])
+        if earlier:  # the records kept were graded under these levels too
+            meta = {**meta, "isolation_earlier": earlier}
+        if changed and warn is not None:
+            warn(f"The records in {out} so far were graded under sandbox isolation "
+                 f"{old['isolation']!r}; this run grades under {meta.get('isolation')!r}. "
+                 f"{META} keeps both (isolation_earlier).")
     tmp = out / f".{META}.tmp"
     tmp.write_text(json.dumps({**meta, "format": record_format}, indent=2, ensure_ascii=False),
                    "utf-8")

@@ -338,3 +338,24 @@ def test_local_files_see_a_checkpoint_retrained_in_place(tmp_path):
     stat = (ckpt / "model.safetensors").stat()
     os.utime(ckpt / "model.safetensors", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     assert local_files([str(ckpt)]) != before
+
+
+def test_a_resume_under_other_sandbox_isolation_keeps_both_levels(tmp_path):
+    from podium.eval.folder import check_meta
+
+    meta = {"task": "t", "system": "s", "split": "test", "seed": 0, "preset": None,
+            "fingerprint": {"hash": "h", "parts": {}}, "isolation": "full"}
+    records = [{"status": "ok"}]
+    check_meta(tmp_path, meta, records=[], retry_errors=False, record_format=1)
+    warned: list[str] = []
+    weaker = {**meta, "isolation": ["no network namespace"]}
+    check_meta(tmp_path, weaker, records=records, retry_errors=False, record_format=1,
+               warn=warned.append)
+    written = json.loads((tmp_path / "meta.json").read_text())
+    assert written["isolation"] == ["no network namespace"]
+    assert written["isolation_earlier"] == ["full"]
+    assert "graded under sandbox isolation 'full'" in warned[0]
+    check_meta(tmp_path, weaker, records=records, retry_errors=False, record_format=1,
+               warn=warned.append)  # the same level again: nothing new to keep
+    assert json.loads((tmp_path / "meta.json").read_text())["isolation_earlier"] == ["full"]
+    assert len(warned) == 1
