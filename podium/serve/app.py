@@ -4,9 +4,11 @@
                                 `stream` is true)
     POST /v1/responses          the same through the Responses API (podium.serve.responses_api)
     GET  /v1/models             the one model, `podium`  (also /v1/models/podium)
-    GET  /v1/traces/{id}        a request's trace (ids from `return_trace_id`)
-    GET  /traces, /traces/{id}  the trace viewer: recent traces, one trace drawn (podium.viewer;
-                                a browser may send the key as the Basic-auth password)
+    GET  /v1/traces/{id}        a request's trace (ids from `return_trace_id`), for the key
+                                that made the request only
+    GET  /traces, /traces/{id}  the trace viewer: the key's recent traces, one trace drawn
+                                (podium.viewer; a browser may send the key as the Basic-auth
+                                password)
     GET  /health                {"status": "ok"}; the only route without a key
 
 With `pass_through` (`podium serve --pass-through`) every worker is also a model of its own,
@@ -147,8 +149,8 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
         return ApiError(500, f"podium failed unexpectedly ({type(exc).__name__}); the server "
                         "log has the traceback.", code="internal").response()
 
-    def auth(request: Request) -> None:
-        check(request.headers.get("authorization"))
+    def auth(request: Request) -> str | None:
+        return check(request.headers.get("authorization"))
 
     @app.get("/health")
     async def health() -> dict:
@@ -167,29 +169,28 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
             raise _no_model(model, served)
         return model_card(model)
 
-    @app.get("/v1/traces/{trace_id}", dependencies=[Depends(auth)])
-    async def trace(trace_id: str) -> dict:
-        data = await asyncio.to_thread(traces.read, trace_id)
-        if data is None:
-            raise ApiError(404, "No trace has that id (ids look like tr- and 32 hex digits; "
-                           "the server keeps the newest traces only).", code="trace_not_found",
-                           param="trace_id")
+    @app.get("/v1/traces/{trace_id}")
+    async def trace(trace_id: str, owner: str | None = Depends(auth)) -> dict:
+        data = await asyncio.to_thread(traces.read_as, trace_id, owner)
+        if data is None:  # another key's trace is not found either: ids are not confirmed
+            raise ApiError(404, "No trace of this API key has that id (ids look like tr- and "
+                           "32 hex digits; the server keeps the newest traces only).",
+                           code="trace_not_found", param="trace_id")
         return data
 
-    def page_auth(request: Request) -> None:
-        check(request.headers.get("authorization"), basic=True)
+    def page_auth(request: Request) -> str | None:
+        return check(request.headers.get("authorization"), basic=True)
 
-    @app.get("/traces", dependencies=[Depends(page_auth)], response_class=HTMLResponse)
-    async def trace_list() -> HTMLResponse:
-        return HTMLResponse(index_page(await asyncio.to_thread(traces.recent, 100)))
+    @app.get("/traces", response_class=HTMLResponse)
+    async def trace_list(owner: str | None = Depends(page_auth)) -> HTMLResponse:
+        return HTMLResponse(index_page(await asyncio.to_thread(traces.recent, 100, owner)))
 
-    @app.get("/traces/{trace_id}", dependencies=[Depends(page_auth)],
-             response_class=HTMLResponse)
-    async def trace_view(trace_id: str) -> HTMLResponse:
-        data = await asyncio.to_thread(traces.read, trace_id)
+    @app.get("/traces/{trace_id}", response_class=HTMLResponse)
+    async def trace_view(trace_id: str, owner: str | None = Depends(page_auth)) -> HTMLResponse:
+        data = await asyncio.to_thread(traces.read_as, trace_id, owner)
         if data is None:
-            raise ApiError(404, "No trace has that id (the server keeps the newest traces "
-                           "only).", code="trace_not_found", param="trace_id")
+            raise ApiError(404, "No trace of this API key has that id (the server keeps the "
+                           "newest traces only).", code="trace_not_found", param="trace_id")
         return HTMLResponse(trace_page(data))
 
     def runner(req, opts: Options, question: str) -> Callable[[Any], Awaitable[RunResult]]:
@@ -210,7 +211,8 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
         return lambda on_event: pipe.run_workflow(question, flow, label=f"worker:{req.model}",
                                                   on_event=on_event)
 
-    def begin(req, opts: Options, question: str, tid: str) -> tuple[Run, dict, str | None]:
+    def begin(req, opts: Options, question: str, tid: str,
+              owner: str | None) -> tuple[Run, dict, str | None]:
         """Check the model and its options, take a run slot (429 when none is free), start
         the run; the trace-id headers and the id shown in the body (only when asked)."""
         ask = runner(req, opts, question)
@@ -219,7 +221,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                            "(--max-concurrency). Retry after the Retry-After seconds.",
                            code="too_many_requests",
                            headers={"Retry-After": str(config.retry_after_s)})
-        run = _start(ask, names, traces, tid, req, opts, slots)
+        run = _start(ask, names, traces, tid, req, opts, slots, owner)
         if opts.return_trace_id:
             return run, {"X-Podium-Trace-Id": tid}, tid
         return run, {}, None
@@ -237,11 +239,11 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
         return StreamingResponse(events, media_type="text/event-stream", headers={
             "Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
 
-    @app.post("/v1/chat/completions", dependencies=[Depends(auth)])
-    async def chat(request: Request):
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request, owner: str | None = Depends(auth)):
         req, opts = parse_body(await _read_body(request, config.max_request_bytes))
         cid, tid, created = f"chatcmpl-{uuid.uuid4().hex}", new_id(), int(time.time())
-        run, headers, shown_tid = begin(req, opts, question_of(req.messages), tid)
+        run, headers, shown_tid = begin(req, opts, question_of(req.messages), tid, owner)
         if req.stream:
             include = bool(req.stream_options and req.stream_options.include_usage)
             return streaming(_stream(run, cid, created, req.model, shown_tid, include),
@@ -250,12 +252,12 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
         return JSONResponse(R.completion_json(cid, created, req.model, result, shown_tid),
                             headers=headers)
 
-    @app.post("/v1/responses", dependencies=[Depends(auth)])
-    async def responses(request: Request):
+    @app.post("/v1/responses")
+    async def responses(request: Request, owner: str | None = Depends(auth)):
         req, opts, messages = RA.parse_responses_body(
             await _read_body(request, config.max_request_bytes))
         ids, tid, created = RA.new_ids(), new_id(), int(time.time())
-        run, headers, shown_tid = begin(req, opts, RA.question(messages), tid)
+        run, headers, shown_tid = begin(req, opts, RA.question(messages), tid, owner)
         if req.stream:
             return streaming(_stream_response(run, req, ids, created, shown_tid), headers)
         result = await answered(run, headers)
@@ -405,7 +407,8 @@ def _variant(pipeline: Pipeline, opts: Options) -> Pipeline:
 
 
 def _start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces: TraceStore,
-           tid: str, req: ChatRequest, opts: Options, slots: Slots) -> Run:
+           tid: str, req: ChatRequest, opts: Options, slots: Slots,
+           owner: str | None = None) -> Run:
     """Start the run as a task; its slot is given back when the task ends, whatever happens
     to the response."""
     events: asyncio.Queue = asyncio.Queue()
@@ -422,7 +425,8 @@ def _start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces:
         except ConfigError as exc:  # the question itself (e.g. text that is not UTF-8)
             raise bad_request(str(exc), param="messages") from None
         data = {"id": tid, "created": int(time.time()), "model": req.model, "stream": req.stream,
-                "options": opts.model_dump(exclude_none=True), **result.to_json()}
+                "options": opts.model_dump(exclude_none=True), **result.to_json(),
+                **({"owner": owner} if owner else {})}
         traces.put(tid, data)  # written by the store's thread, readable at once
         log.info("%s: %s, %d calls, %.1fs", tid, "answered" if result.answer is not None
                  else f"no answer ({result.outcome.cause.reason if result.outcome.cause else '?'})",

@@ -8,11 +8,16 @@ never reachable from another machine by accident.
 A client sends `Authorization: Bearer KEY`. The key is compared with every configured key by
 `hmac.compare_digest` (constant time, and every key is compared, so timing tells nothing about
 which key nearly matched). Keys are never logged, stored in traces, or echoed in an error.
+
+The check names who asked: `owner_of(key)`, a salted SHA-256 of the key (never the key), which
+the server stores with each trace so that a key reads only its own traces. A server without
+keys (`--no-auth`, loopback only) has one user, who reads every trace.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import hmac
 import ipaddress
 import os
@@ -74,6 +79,11 @@ def check_auth_setup(keys: tuple[str, ...], no_auth: bool, host: str) -> None:
                           "configure keys with --api-key-env or --api-key-file.")
 
 
+def owner_of(key: bytes) -> str:
+    """Who a key is, as stored with its traces: not the key, nor anything served back."""
+    return "key-" + hashlib.sha256(b"podium trace owner\0" + key).hexdigest()[:24]
+
+
 class KeyCheck:
     """Checks a request's `Authorization` header against the configured keys."""
 
@@ -84,11 +94,12 @@ class KeyCheck:
     def enabled(self) -> bool:
         return bool(self._keys)
 
-    def __call__(self, header: str | None, *, basic: bool = False) -> None:
-        """`basic`: also take HTTP Basic auth with the key as the password (any user name),
-        so that a browser can open the trace pages: it asks for the key itself."""
+    def __call__(self, header: str | None, *, basic: bool = False) -> str | None:
+        """The owner of the key sent (`owner_of`; None when the server has no keys).
+        `basic`: also take HTTP Basic auth with the key as the password (any user name), so
+        that a browser can open the trace pages: it asks for the key itself."""
         if not self._keys:
-            return
+            return None
         scheme, _, token = (header or "").partition(" ")
         given = b""
         if scheme.lower() == "bearer":
@@ -110,3 +121,4 @@ class KeyCheck:
             raise ApiError(401, "The API key is not valid for this server. Use a key from the "
                            "server's --api-key-env or --api-key-file.", code="invalid_api_key",
                            headers=challenge)
+        return owner_of(given)

@@ -5,6 +5,10 @@ and response, usage, failures) plus the request's id, time and podium options. I
 user's conversation, so it is written owner-only (`podium.files.write_private`: 0600 files,
 0700 folders podium creates).
 
+Each trace written for a request made with an API key holds its owner (`podium.serve.auth.
+owner_of`, a salted hash, never the key): `read_as` and `recent` give a key its own traces
+only, and leave the owner field out of what they return.
+
 Ids are `tr-` and 32 hex digits; anything else is refused before a path is built, so an id can
 never name a file outside the folder. The folder keeps the newest `keep` traces: older ones
 are deleted as new ones are written (the order is rebuilt from the files' mtimes at start).
@@ -112,16 +116,28 @@ class TraceStore:
         except (OSError, ValueError):
             return None
 
-    def recent(self, n: int = 100) -> list[dict]:
-        """The newest `n` traces, newest first: id, created, question, answer."""
+    def read_as(self, trace_id: str, owner: str | None) -> dict | None:
+        """The trace as `owner` may see it (None: not theirs, or no such trace), without its
+        owner field. A trace without an owner (a server without keys wrote it) is anyone's;
+        `owner` None (a server without keys) reads every trace."""
+        data = self.read(trace_id)
+        if data is None or not _readable(data, owner):
+            return None
+        return {k: v for k, v in data.items() if k != "owner"}
+
+    def recent(self, n: int = 100, owner: str | None = None) -> list[dict]:
+        """The newest `n` traces `owner` may read, newest first: id, created, question,
+        answer."""
         with self._lock:
-            ids = list(self._order)[-n:][::-1]
+            ids = list(self._order)[::-1]
         rows = []
         for trace_id in ids:
             data = self.read(trace_id)
-            if data is not None:
+            if data is not None and _readable(data, owner):
                 rows.append({"id": trace_id, "created": data.get("created"),
                              "question": data.get("question"), "answer": data.get("answer")})
+                if len(rows) == n:
+                    break
         return rows
 
     def _prune(self) -> None:
@@ -133,3 +149,7 @@ class TraceStore:
                 pass
             except OSError as exc:
                 log.warning("could not delete old trace %s: %s", old, exc.strerror)
+
+
+def _readable(data: dict, owner: str | None) -> bool:
+    return owner is None or data.get("owner") in (None, owner)

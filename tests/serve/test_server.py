@@ -155,7 +155,8 @@ def test_trace_by_id(client, http, server):
     assert resp.status_code == 200
     trace = resp.json()
     path = server.config.trace_dir / f"{tid}.json"
-    assert trace == json.loads(path.read_text())
+    stored = json.loads(path.read_text())
+    assert stored.pop("owner").startswith("key-") and trace == stored  # the owner stays inside
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert trace["id"] == tid and trace["answer"] == reply.choices[0].message.content
     assert trace["options"] == {"return_trace_id": True}
@@ -166,6 +167,22 @@ def test_trace_by_id(client, http, server):
     assert [s["worker"] for s in trace["workflow"]] == ["adder"]
     assert trace["steps"][0]["status"] == "ok" and trace["used"]["calls"] == 2
     assert trace["conductor"][0]["completion"]
+
+
+def test_a_key_reads_only_its_own_traces(client, http):
+    """Traces hold the users' conversations: a key gets its own, and another key's trace is
+    not found (its id is not even confirmed), in the API and in the viewer's pages."""
+    reply = client.chat.completions.create(model="podium", messages=msgs(),
+                                           extra_body={"return_trace_id": True})
+    tid = reply.model_extra["podium_trace_id"]
+    assert http.get(f"/v1/traces/{tid}", headers=auth()).status_code == 200
+    other = http.get(f"/v1/traces/{tid}", headers=auth(OTHER_KEY))
+    assert other.status_code == 404 and other.json()["error"]["code"] == "trace_not_found"
+    basic = httpx.BasicAuth("me", OTHER_KEY)
+    assert http.get(f"/traces/{tid}", auth=basic).status_code == 404
+    assert tid not in http.get("/traces", auth=basic).text
+    assert tid in http.get("/traces", auth=httpx.BasicAuth("me", KEY)).text
+    assert "owner" not in http.get(f"/v1/traces/{tid}", headers=auth()).json()
 
 
 def test_trace_auth_and_unknown_ids(http):
