@@ -54,7 +54,7 @@ def test_the_mask_leaves_out_exactly_the_dead_step(tokenizer):
 
 
 @pytest.mark.parametrize(("mask_value", "moves"), [(0, False), (1, True)])
-def test_trl_leaves_masked_tokens_out_of_the_loss(tmp_path, mask_value, moves):
+def test_trl_leaves_masked_tokens_out_of_the_loss(tmp_path, monkeypatch, mask_value, moves):
     """The contract credit = "live" relies on: an `env_mask` of 0 from the rollout function
     takes a token out of TRL's loss (all masked: nothing moves; none masked: the policy
     moves)."""
@@ -64,6 +64,7 @@ def test_trl_leaves_masked_tokens_out_of_the_loss(tmp_path, mask_value, moves):
 
     from podium.train.model import load_policy
 
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func: pinned TRL, as podium
     model, tok = load_policy("smollm2")
     before = {k: v.clone() for k, v in model.state_dict().items()}
 
