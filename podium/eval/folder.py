@@ -320,8 +320,9 @@ def _check_files(out: Path, old: dict, meta: dict, warn: Any, keeps: bool) -> No
             warn(f"{out / META} predates file checks, so podium cannot tell whether "
                  f"{', '.join(now)} changed since its results were written; resuming.")
         return
-    changed = [p for p in dict.fromkeys([*old["local_files"], *now])
-               if old["local_files"].get(p) != now.get(p)]
+    before = old["local_files"]
+    # the same path with other contents; a path that changed is the fingerprint's to name
+    changed = [p for p in now if p in before and before[p] != now[p]]
     if not changed or not keeps:
         return
     raise ConfigError(
