@@ -8,7 +8,9 @@ ids, the step limit, the prompt's prefill), compiled for the policy's tokenizer 
 applied as a transformers logits processor. Every rollout is then a valid workflow, and the
 reward compares worker choices and topologies from the first step. The policy is trained on
 the tokens it sampled (TRL's loss uses its own, unmasked log-probabilities), and the trained
-Conductor runs under the same grammar at inference (`constrained = true` in the pool).
+Conductor runs under the same grammar at inference (`constrained = true` in the pool). With
+`[grpo] credit = "live"` the rollout also hands TRL an `env_mask` that leaves the tokens of
+steps the answer cannot depend on out of the loss (`podium.train.credit`).
 
 Generation goes through TRL's model unwrapping, so it works wherever TRL's own transformers
 generation does; with vLLM use TRL's structured outputs instead.
