@@ -265,16 +265,17 @@ _RECURSION_PREFILL_V1 = (
 # the lists, so the model writes the plan straight away. Meant to be held to the workflow
 # grammar (a constrained Conductor, or `[grpo] constrained` in training), which fixes the
 # format; left free, a 135M model rarely writes three valid lists from it.
-_TEMPLATE_COMPACT = """\
-Answer the question with a team of models, in at most {max_steps} steps. Each step names a \
-model, gives it a subtask, and says which earlier steps it sees ("all" or []); a step that \
-needs an earlier step's result must see it. The last step's response is the answer. Write \
-model_id, subtasks and access_list as three lists.
+_QUESTION_AND_MODELS = """
 
 {examples}Question: {question}
 
 Models:
 {models}"""
+_TEMPLATE_COMPACT = """\
+Answer the question with a team of models, in at most {max_steps} steps. Each step names a \
+model, gives it a subtask, and says which earlier steps it sees ("all" or []); a step that \
+needs an earlier step's result must see it. The last step's response is the answer. Write \
+model_id, subtasks and access_list as three lists.""" + _QUESTION_AND_MODELS
 
 # The compact template with both access values defined and the rule for using one ("all"
 # written about four times as often by the untrained 135M model; docs/gym.md, run H)
@@ -282,48 +283,23 @@ _TEMPLATE_COMPACT_DEFINED = """\
 Answer the question with a team of models, in at most {max_steps} steps. Write three lists: \
 model_id (which model does each step), subtasks (what each step does) and access_list (what \
 each step sees: "all" = the responses of the earlier steps, [] = nothing). The last step's \
-response is the answer; a step that uses an earlier result must have "all".
+response is the answer; a step that uses an earlier result must have "all".""" \
+    + _QUESTION_AND_MODELS
 
-{examples}Question: {question}
 
-Models:
-{models}"""
+def _v1_with(name: str, template: str, prefill: str) -> ConductorPrompt:
+    """A prompt with v1's system message and recursion rounds."""
+    return ConductorPrompt(name=name, system=_SYSTEM_V1, template=template, prefill=prefill,
+                           recursion=_RECURSION_V1, recursion_prefill=_RECURSION_PREFILL_V1)
+
 
 PROMPTS: dict[str, ConductorPrompt] = {
-    "v1": ConductorPrompt(
-        name="v1",
-        system=_SYSTEM_V1,
-        template=_TEMPLATE_V1,
-        prefill=_PREFILL_V1,
-        recursion=_RECURSION_V1,
-        recursion_prefill=_RECURSION_PREFILL_V1,
-    ),
-    "compact": ConductorPrompt(
-        name="compact",
-        system=_SYSTEM_V1,
-        template=_TEMPLATE_COMPACT,
-        prefill="model_id = [",
-        recursion=_RECURSION_V1,
-        recursion_prefill=_RECURSION_PREFILL_V1,
-    ),
-    "compact-defined": ConductorPrompt(
-        name="compact-defined",
-        system=_SYSTEM_V1,
-        template=_TEMPLATE_COMPACT_DEFINED,
-        prefill="model_id = [",
-        recursion=_RECURSION_V1,
-        recursion_prefill=_RECURSION_PREFILL_V1,
-    ),
+    "v1": _v1_with("v1", _TEMPLATE_V1, _PREFILL_V1),
+    "compact": _v1_with("compact", _TEMPLATE_COMPACT, "model_id = ["),
+    "compact-defined": _v1_with("compact-defined", _TEMPLATE_COMPACT_DEFINED, "model_id = ["),
     # the compact template with a short thought first: the prefill opens a sentence about what
     # the question asks, which gives the worker ids a feature to condition on
-    "compact-reason": ConductorPrompt(
-        name="compact-reason",
-        system=_SYSTEM_V1,
-        template=_TEMPLATE_COMPACT,
-        prefill="The question asks to",
-        recursion=_RECURSION_V1,
-        recursion_prefill=_RECURSION_PREFILL_V1,
-    ),
+    "compact-reason": _v1_with("compact-reason", _TEMPLATE_COMPACT, "The question asks to"),
 }
 DEFAULT_PROMPT = "v1"
 DEFAULT_RECURSION = "v1"
