@@ -31,10 +31,11 @@ _ACCESS = re.compile(r'\[\]|"all"')
 _ID = re.compile(r"[0-9]+")
 
 
-def step_spans(text: str) -> tuple[list[list[tuple[int, int]]], list[bool]] | None:
+def step_spans(text: str) -> tuple[list[list[tuple[int, int]]], list[tuple[int, ...]]] | None:
     """For a grammar-held completion (the prefill's OPENING optional): each step's character
-    spans (id, subtask, access entry) and whether its access entry is "all"; None when the
-    text is not in the grammar's shape."""
+    spans (id, subtask, access entry) and the earlier steps it sees (as
+    `Workflow.dependencies()` gives them); None when the text is not in the grammar's
+    shape."""
     start = text.find(OPENING)
     start = 0 if start < 0 else start + len(OPENING)
     ids_end = text.find("]", start)
@@ -49,17 +50,17 @@ def step_spans(text: str) -> tuple[list[list[tuple[int, int]]], list[bool]] | No
     if not ids or not len(ids) == len(subs) == len(accs):
         return None
     spans = [[ids[i], subs[i], accs[i].span()] for i in range(len(ids))]
-    return spans, [a.group(0) == '"all"' for a in accs]
+    return spans, [tuple(range(i)) if a.group(0) == '"all"' else () for i, a in enumerate(accs)]
 
 
-def dead_steps(sees_all: Sequence[bool]) -> set[int]:
+def dead_steps(dependencies: Sequence[Sequence[int]]) -> set[int]:
     """Steps the last step does not depend on: not the last, and not seen by a live step
-    (access "all" sees every earlier step; [] sees none)."""
-    live = {len(sees_all) - 1}
-    for i in range(len(sees_all) - 1, -1, -1):
-        if i in live and sees_all[i]:
-            live.update(range(i))
-    return set(range(len(sees_all))) - live
+    (`dependencies[i]`: the earlier steps step i sees, as `Workflow.dependencies()`)."""
+    live = {len(dependencies) - 1}
+    for i in range(len(dependencies) - 1, -1, -1):
+        if i in live:
+            live.update(dependencies[i])
+    return set(range(len(dependencies))) - live
 
 
 def live_mask(tokenizer: Any, completion_ids: Sequence[int]) -> list[int]:
@@ -71,8 +72,8 @@ def live_mask(tokenizer: Any, completion_ids: Sequence[int]) -> list[int]:
     found = step_spans(tokenizer.decode(ids, skip_special_tokens=True))
     if found is None:
         return [1] * len(ids)
-    spans, sees_all = found
-    dead = [span for i in dead_steps(sees_all) for span in spans[i]]
+    spans, dependencies = found
+    dead = [span for i in dead_steps(dependencies) for span in spans[i]]
     mask, begin = [], 0
     for end in ends:
         mask.append(0 if any(begin < b and a < end for a, b in dead) else 1)

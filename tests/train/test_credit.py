@@ -8,18 +8,25 @@ from podium.train.credit import dead_steps, live_mask, step_spans
 
 
 def test_dead_steps_follow_the_access_lists():
-    assert dead_steps([False]) == set()
-    assert dead_steps([False, False]) == {0}  # the last step sees nothing: step 0 is dead
-    assert dead_steps([False, True]) == set()
-    assert dead_steps([False, False, True]) == set()  # "all" sees both
-    assert dead_steps([False, True, False]) == {0, 1}
-    assert dead_steps([False, False, False, True]) == set()
+    from podium.workflow.types import Workflow
+
+    def dead(*access):
+        return dead_steps(Workflow.of([(0, "Do it", a) for a in access]).dependencies())
+
+    assert dead(()) == set()
+    assert dead((), ()) == {0}  # the last step sees nothing: step 0 is dead
+    assert dead((), "all") == set()
+    assert dead((), (), "all") == set()  # "all" sees both
+    assert dead((), "all", ()) == {0, 1}
+    assert dead((), (), (), "all") == set()
+    assert dead((), (), (1,)) == {0}  # seen through an index list: step 1 only
+    assert dead((), (0,), (1,)) == set()  # step 0 through step 1
 
 
 def test_step_spans_read_the_grammar_shape():
     text = '2, 0]\nsubtasks = ["Count it", "Add things"]\naccess_list = [[], "all"]'
-    spans, sees_all = step_spans(text)
-    assert sees_all == [False, True]
+    spans, dependencies = step_spans(text)
+    assert dependencies == [(), (0,)]
     assert [[text[a:b] for a, b in step] for step in spans] == [
         ["2", '"Count it"', "[]"], ["0", '"Add things"', '"all"']]
     reasoned = 'reverse it\nmodel_id = [1]\nsubtasks = ["Reverse it"]\naccess_list = [[]]'
