@@ -160,6 +160,10 @@ class GRPOSection(_Section):
         "paper); live: the tokens writing a step the final answer cannot depend on (not the "
         "last step, not seen by it) are left out of the loss (podium.train.credit; needs "
         "constrained = true).")
+    explore: float = Field(
+        0.0, ge=0, le=1, description="Share of each group's rollouts whose plan skeleton (worker "
+        "ids and access values) is drawn uniformly at random, distinct within the group; the "
+        "subtasks stay the policy's (podium.train.explore; needs constrained = true).")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus (0: none).")
     seed: int = Field(42, description="Seed of sampling and of the trainer.")
     save_steps: int = Field(20, ge=1, description="Checkpoint every N steps.")
@@ -213,6 +217,17 @@ class TrainConfig(_Section):
         if self.grpo.credit == "live" and self.recursion.fraction:
             raise ValueError("grpo.credit = 'live' is for single-round training: set "
                              "recursion.fraction = 0 or grpo.credit = 'all'")
+        if self.grpo.explore and not self.grpo.constrained:
+            raise ValueError("grpo.explore draws plans through the Conductor's grammar: set "
+                             "grpo.constrained = true too")
+        if self.grpo.explore and self.recursion.fraction:
+            raise ValueError("grpo.explore is for single-round training: set "
+                             "recursion.fraction = 0 or grpo.explore = 0")
+        if self.grpo.explore and round(self.grpo.explore * self.grpo.generations) < 1:
+            raise ValueError(f"grpo.explore x grpo.generations rounds to no exploring rollout "
+                             f"({self.grpo.explore} x {self.grpo.generations}): raise "
+                             "grpo.explore to at least "
+                             f"{0.5 / self.grpo.generations:.2f}, or set it to 0")
         return self
 
 

@@ -10,7 +10,9 @@ reward compares worker choices and topologies from the first step. The policy is
 the tokens it sampled (TRL's loss uses its own, unmasked log-probabilities), and the trained
 Conductor runs under the same grammar at inference (`constrained = true` in the pool). With
 `[grpo] credit = "live"` the rollout also hands TRL an `env_mask` that leaves the tokens of
-steps the answer cannot depend on out of the loss (`podium.train.credit`).
+steps the answer cannot depend on out of the loss (`podium.train.credit`). With
+`[grpo] explore`, a share of each group is sampled under a grammar that holds the plan's ids
+and access values to a skeleton drawn at random (`podium.train.explore`).
 
 Generation goes through TRL's model unwrapping, so it works wherever TRL's own transformers
 generation does; with vLLM use TRL's structured outputs instead.
@@ -18,6 +20,7 @@ generation does; with vLLM use TRL's structured outputs instead.
 
 from __future__ import annotations
 
+import random
 from functools import lru_cache
 from typing import Any
 
@@ -26,6 +29,7 @@ from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
 from podium.train.credit import live_mask
 from podium.train.data import view_of
+from podium.train.explore import Skeleton, draw_skeletons, explored_indices
 
 
 class Grammars:
@@ -42,11 +46,17 @@ class Grammars:
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
         self._compiler = xgr.GrammarCompiler(info)
         self.pool, self.settings = pool, settings
-        self.compiled = lru_cache(maxsize=256)(self._compile)
+        self.compiled = lru_cache(maxsize=1024)(self._compile)
 
-    def _compile(self, workers: tuple[int, ...], revise: bool) -> Any:
+    def _compile(self, workers: tuple[int, ...], revise: bool,
+                 skeleton: Skeleton | None = None) -> Any:
         view = view_of(self.pool, self.settings, list(workers))
-        return self._compiler.compile_grammar(grammar_for(view, self.settings, revise))
+        return self._compiler.compile_grammar(grammar_for(view, self.settings, revise,
+                                                          skeleton))
+
+    def shown_ids(self, workers: tuple[int, ...]) -> list[int]:
+        """The ids a row's Conductor sees (what a skeleton may hold)."""
+        return view_of(self.pool, self.settings, list(workers)).shown_ids
 
     def processor(self, grammars: list[Any]) -> Any:
         return self._xgr.contrib.hf.LogitsProcessor(grammars)
@@ -85,16 +95,31 @@ class ConstrainedRollout:
     """TRL's `rollout_func` for single-round training with grammar-held rollouts."""
 
     def __init__(self, grammars: Grammars, tokenizer: Any, rows: list[dict[str, Any]],
-                 credit: str = "all") -> None:
+                 credit: str = "all", explore: float = 0.0, seed: int = 0) -> None:
         self.grammars, self.tokenizer, self.credit = grammars, tokenizer, credit
         self.rows = {row["prompt"]: row for row in rows}
+        self.explore, self.rng = explore, random.Random(seed)
+
+    def skeletons(self, prompts: list[str]) -> list[Skeleton | None]:
+        """Per rollout, the skeleton it explores, or None for a rollout of the policy's own."""
+        out: list[Skeleton | None] = [None] * len(prompts)
+        for prompt, idx in explored_indices(prompts, self.explore).items():
+            workers = tuple(self.rows[prompt]["workers"])
+            drawn = draw_skeletons(self.rng, self.grammars.shown_ids(workers),
+                                   self.grammars.settings.max_steps, len(idx))
+            for i, skeleton in zip(idx, drawn, strict=True):
+                out[i] = skeleton
+        return out
 
     def __call__(self, prompts: list[str], trainer: Any) -> dict[str, Any]:
         ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        grammars = [self.grammars.compiled(tuple(self.rows[p]["workers"]), False)
-                    for p in prompts]
+        skeletons = self.skeletons(prompts)
+        grammars = [self.grammars.compiled(tuple(self.rows[p]["workers"]), False, sk)
+                    for p, sk in zip(prompts, skeletons, strict=True)]
         completions, logprobs = generate(trainer, ids, grammars, self.grammars.processor)
         out = {"prompt_ids": ids, "completion_ids": completions, "logprobs": logprobs}
+        if self.explore:  # forwarded to the reward, which logs the two kinds apart
+            out["podium_explored"] = [sk is not None for sk in skeletons]
         if self.credit == "live":  # TRL leaves tokens with env_mask 0 out of the loss
             out["env_mask"] = [live_mask(self.tokenizer, c) for c in completions]
         return out

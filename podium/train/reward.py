@@ -122,7 +122,8 @@ class ConductorReward:
                        trainer_state: Any = None, log_metric: Callable | None = None,
                        podium_round: list | None = None, podium_prior: list | None = None,
                        podium_round_messages: list | None = None,
-                       podium_pair: list | None = None, **_: Any) -> list[float | None]:
+                       podium_pair: list | None = None, podium_explored: list | None = None,
+                       **_: Any) -> list[float | None]:
         step = getattr(trainer_state, "global_step", 0)
         n = len(completions)
         rounds = podium_round or [0] * n
@@ -144,15 +145,24 @@ class ConductorReward:
                     log_metric(name, value)
             if self.recursion.normalisation == "per_round":
                 rewards = per_round(rewards, rounds, self.group)
-        if log_metric is not None:
-            for name, value in rollout_metrics(outcomes, [r for r, _ in done]).items():
+        explored = podium_explored or [False] * n
+        if log_metric is not None:  # the policy's own rollouts; the explored ones apart
+            own = [i for i in range(n) if not explored[i]]
+            for name, value in rollout_metrics([outcomes[i] for i in own],
+                                               [done[i][0] for i in own]).items():
                 log_metric(name, value)
+            if podium_explored:
+                tried = [outcomes[i] for i in range(n) if explored[i]]
+                log_metric("podium/explored", len(tried) / n)
+                log_metric("podium/explored_correct",
+                           sum(o.correct for o in tried) / (len(tried) or 1))
         if self.transcripts is not None and self.per_step:
-            self._save(step, messages, completions, done, rewards)
+            self._save(step, messages, completions, done, rewards, explored)
         return rewards
 
     def _save(self, step: int, prompts: list, completions: list,
-              done: list[tuple[RunResult, Outcome]], rewards: list[float | None]) -> None:
+              done: list[tuple[RunResult, Outcome]], rewards: list[float | None],
+              explored: list[bool]) -> None:
         first = {}  # one rollout of each reward value (None included), best first
         for i in sorted(range(len(done)), key=lambda i: -1 if rewards[i] is None else -rewards[i]):
             first.setdefault(rewards[i], i)
@@ -168,6 +178,7 @@ class ConductorReward:
                         "workflow", "answer", "rounds", "cause", "failures", "used",
                         "notes")},
                     "grade": outcome.to_json().get("grade"),
+                    **({"explored": True} if explored[i] else {}),
                 }, ensure_ascii=False) + "\n")
 
 

@@ -184,7 +184,8 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
     if recursion:
         rollout = RecursionRollout(reward, recursion, settings, tokenizer, rows, grammars)
     elif grammars is not None:
-        rollout = ConstrainedRollout(grammars, tokenizer, rows, config.grpo.credit)
+        rollout = ConstrainedRollout(grammars, tokenizer, rows, config.grpo.credit,
+                                     config.grpo.explore, config.grpo.seed)
     if rollout is not None:  # TRL's rollout_func is marked experimental; podium pins its TRL
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     plan.trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=grpo_args(config),
@@ -240,7 +241,9 @@ def describe(plan: Plan) -> list[str]:
         f"completions <= {g.max_completion_tokens} tokens",
         f"generation  {'vLLM ' + g.vllm_mode if g.use_vllm else 'transformers'}"
         + (", under the Conductor's grammar" if g.constrained else "")
-        + (", dead steps left out of the loss" if g.credit == "live" else ""),
+        + (", dead steps left out of the loss" if g.credit == "live" else "")
+        + (f", {round(g.explore * g.generations)} of {g.generations} rollouts a group on "
+           "random plans" if g.explore else ""),
         f"output      {c.output.dir} (checkpoints every {g.save_steps} steps)",
     ]
 

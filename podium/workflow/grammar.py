@@ -18,6 +18,10 @@ The output reads back through `parse_workflow` like any other completion.
 
 When the prompt's prefill already opens the lists (the compact prompt's ``model_id = [``),
 `opened=True` gives the grammar of the rest: no reasoning, the first id straight away.
+
+`skeleton=(ids, access)` holds the workflow to one plan (its worker ids and access values,
+e.g. ``((2, 0), ("[]", "all"))``) and leaves only the reasoning and the subtasks free: the
+exploration rollouts of training (`[grpo] explore`, `podium.train.explore`) are sampled so.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ def workflow_grammar(
     max_subtask_chars: int = 160,
     max_reason_lines: int = 3,
     opened: bool = False,
+    skeleton: tuple[Sequence[int], Sequence[str]] | None = None,
 ) -> str:
     if not worker_ids:
         raise ValueError("the grammar needs at least one worker id")
@@ -57,14 +62,37 @@ def workflow_grammar(
         "acc ::= \"[]\" | \"\\\"all\\\"\"",
         f'keep ::= "{"" if opened else "model_id = ["}]\\nsubtasks = []\\naccess_list = []"',
     ]
+    head = "" if opened else '"model_id = [" '
+    if skeleton is not None:  # one plan: the ids and access values are literals
+        ids, access = _literal_plan(skeleton, worker_ids, max_steps, allow_empty)
+        strs = ' ", " '.join(["str"] * len(skeleton[0]))
+        at = next(i for i, r in enumerate(rules) if r.startswith("workflow ::="))
+        rules[at] = (f'workflow ::= {head}"{ids}]\\nsubtasks = [" {strs} '
+                     f'"]\\naccess_list = [{access}]"')
+        return "\n".join(rules) + "\n"
     for n in range(1, max_steps + 1):
         ids = ' ", " '.join(["id"] * n)
         strs = ' ", " '.join(["str"] * n)
         first = "acc" if allow_empty else '"[]"'  # in a recursion round step 0 may see it
         accs = ' ", " '.join([first] + ["acc"] * (n - 1))
-        head = "" if opened else '"model_id = [" '
         rules.append(
             f'wf{n} ::= {head}{ids} "]\\nsubtasks = [" {strs} '
             f'"]\\naccess_list = [" {accs} "]"'
         )
     return "\n".join(rules) + "\n"
+
+
+def _literal_plan(skeleton: tuple[Sequence[int], Sequence[str]], worker_ids: Sequence[int],
+                  max_steps: int, allow_empty: bool) -> tuple[str, str]:
+    """The id list and access list of a fixed plan, as GBNF string contents."""
+    ids, access = list(skeleton[0]), list(skeleton[1])
+    if not 1 <= len(ids) <= max_steps or len(access) != len(ids):
+        raise ValueError(f"a skeleton needs 1..{max_steps} ids and one access value each, "
+                         f"not {ids} and {access}")
+    if not set(ids) <= set(worker_ids):
+        raise ValueError(f"skeleton ids {ids} are not all among {sorted(set(worker_ids))}")
+    if any(a not in ("[]", "all") for a in access) or (access[0] == "all" and not allow_empty):
+        raise ValueError(f"skeleton access values are [] or 'all' ('all' not at step 0 "
+                         f"outside a recursion round), not {access}")
+    accs = ", ".join("[]" if a == "[]" else '\\"all\\"' for a in access)
+    return ", ".join(str(i) for i in ids), accs

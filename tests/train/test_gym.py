@@ -144,9 +144,10 @@ def test_the_gym_pool_files_and_an_eval_on_the_gym(tmp_path):
 
 
 def test_a_grammar_held_gym_run_and_its_conductor_under_the_same_grammar(tmp_path, monkeypatch):
-    """One GRPO step on the gym with rollouts held to the workflow grammar: every rollout is a
-    valid workflow; the checkpoint's card says so, and `--conductor` runs it under the grammar
-    too, so its answer to a held-out question is a valid workflow as well."""
+    """One GRPO step on the gym with rollouts held to the workflow grammar, half of them on
+    plans drawn at random (`grpo.explore`): every rollout is a valid workflow, the explored
+    ones on distinct plans; the checkpoint's card says so, and `--conductor` runs it under the
+    grammar too, so its answer to a held-out question is a valid workflow as well."""
     pytest.importorskip("trl")
     from typer.testing import CliRunner
 
@@ -156,12 +157,18 @@ def test_a_grammar_held_gym_run_and_its_conductor_under_the_same_grammar(tmp_pat
     out = tmp_path / "out"
     args = ["train", "--config", str(ROOT / "configs" / "train" / "gym-cpu.toml"),
             "--set", "grpo.max_steps=1", "--set", "grpo.generations=4",
-            "--set", "grpo.questions_per_step=1", "--set", f"output.dir={out}"]
+            "--set", "grpo.questions_per_step=1", "--set", f"output.dir={out}",
+            "--set", "grpo.explore=0.5", "--set", "output.transcripts_per_step=4"]
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     (logged,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()
                  if '"reward"' in x]
     assert logged["podium/format_error"] == 0  # the grammar holds every rollout
+    assert logged["podium/explored"] == 0.5
+    rollouts = [json.loads(x) for x in (out / "transcripts.jsonl").read_text().splitlines()]
+    plans = [tuple((s["worker_id"], str(s["access"])) for s in r["workflow"])
+             for r in rollouts if r.get("explored")]
+    assert len(rollouts) == 4 and len(set(plans)) == len(plans) == 2
     card = json.loads((out / "final" / "podium-conductor.json").read_text())
     assert card["constrained"] is True and card["run"]["max_subtask_chars"] == 12
     question = TASK.items("test")[1].question

@@ -84,3 +84,25 @@ def test_every_subtask_the_grammar_admits_reads_back_unchanged():
     assert accepts(grammar, text)
     wf = parse_workflow("model_id = [" + text, num_workers=2, max_steps=2)
     assert [s.subtask for s in wf.steps] == [admitted, "Then the rest"]
+
+
+def test_a_skeleton_holds_the_ids_and_access_and_leaves_the_subtasks_free():
+    """Training's exploration rollouts: the grammar admits the one plan, any subtasks."""
+    grammar = workflow_grammar([0, 1, 2], 2, opened=True, skeleton=((2, 0), ("[]", "all")))
+    plan = '2, 0]\nsubtasks = ["{}", "{}"]\naccess_list = [[], {}]'
+    assert accepts(grammar, plan.format("Count the a", "Add five to it", '"all"'))
+    assert accepts(grammar, plan.format("Anything else", "Whatever it is", '"all"'))
+    assert not accepts(grammar, plan.format("Count the a", "Add five to it", "[]"))
+    assert not accepts(grammar, plan.replace("2, 0", "0, 2").format("Count the a", "Add it",
+                                                                      '"all"'))
+    assert not accepts(grammar, '2]\nsubtasks = ["Count the a"]\naccess_list = [[]]')
+    wf = parse_workflow("model_id = [" + plan.format("Count the a", "Add five", '"all"'),
+                        num_workers=3, max_steps=2)
+    assert [s.worker for s in wf.steps] == [2, 0] and wf.steps[1].access == "all"
+    reasoned = workflow_grammar([0, 1], 2, skeleton=((1,), ("[]",)))
+    assert accepts(reasoned, ' one step\nmodel_id = [1]\nsubtasks = ["Do it all now"]\n'
+                             'access_list = [[]]')
+    for bad in (((3,), ("[]",)), ((0,), ("all",)), ((0, 1, 0), ("[]", "[]", "[]")),
+                ((0, 1), ("[]",))):
+        with pytest.raises(ValueError, match="skeleton"):
+            workflow_grammar([0, 1, 2], 2, skeleton=bad)

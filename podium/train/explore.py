@@ -1,0 +1,61 @@
+"""Exploration rollouts: plans drawn at random, so that a group always compares plans.
+
+GRPO learns only from reward differences inside a group of rollouts of one question. A small
+Conductor samples the plans its prior favours, and on a hard id assignment that prior is far
+from the right plan: on the gym the policy sends every question to one id within a few updates,
+the groups stop differing and nothing more is learned (docs/gym.md). A chained question needs
+three choices at once (the right first id, the right second id, the second step seeing the
+first), which the untrained policy samples together about once in a hundred rollouts.
+
+With `[grpo] explore = f`, a share f of each group's rollouts is sampled under a grammar that
+holds the plan's *skeleton* (its worker ids and access values) to one drawn uniformly from
+every skeleton the pool admits, distinct within the group; the subtasks are still the policy's
+own. Every id then appears in every group whatever the policy prefers, so a group keeps reward
+spread until the policy has learned which plan each question needs, and the right plan of a
+chained question is tried about once in every 21 / (f x G) groups on the gym (21 skeletons of
+one or two steps over three ids). The loss is TRL's, on the tokens sampled: a drawn id that
+pays is pushed up under the policy's own probabilities, one that does not is pushed down.
+
+Skeletons are uniform over plans, not over lengths: with many ids and steps most drawn plans
+are long. The draw is seeded (`[grpo] seed`), so a run repeats.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+Skeleton = tuple[tuple[int, ...], tuple[str, ...]]
+
+
+def count_skeletons(n_ids: int, max_steps: int) -> list[int]:
+    """How many skeletons there are of each length 1..max_steps: n^k ids, and [] or "all" for
+    every step after the first (step 0 sees nothing in a root round)."""
+    return [n_ids ** k * 2 ** (k - 1) for k in range(1, max_steps + 1)]
+
+
+def draw_skeletons(rng: random.Random, ids: Sequence[int], max_steps: int,
+                   k: int) -> list[Skeleton]:
+    """`k` skeletons drawn uniformly from all of `ids` up to `max_steps`, distinct while there
+    are enough of them (beyond that, repeats)."""
+    ids = sorted(set(ids))
+    counts = count_skeletons(len(ids), max_steps)
+    total, out, seen = sum(counts), [], set()
+    while len(out) < k:
+        length = rng.choices(range(1, max_steps + 1), weights=counts)[0]
+        skeleton = (tuple(rng.choice(ids) for _ in range(length)),
+                    ("[]",) + tuple(rng.choice(("[]", "all")) for _ in range(length - 1)))
+        if skeleton in seen and len(seen) < total:
+            continue
+        seen.add(skeleton)
+        out.append(skeleton)
+    return out
+
+
+def explored_indices(prompts: Sequence[str], share: float) -> dict[str, list[int]]:
+    """Which rollouts of each prompt's group explore: the first round(share x group size)
+    rollouts of each distinct prompt, in order."""
+    groups: dict[str, list[int]] = {}
+    for i, p in enumerate(prompts):
+        groups.setdefault(p, []).append(i)
+    return {p: idx[:round(share * len(idx))] for p, idx in groups.items()}

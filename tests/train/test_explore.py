@@ -1,0 +1,52 @@
+"""Exploration rollouts: which plans are drawn, and which rollouts of a group draw them."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from podium.train.explore import count_skeletons, draw_skeletons, explored_indices
+
+
+def test_every_skeleton_is_drawn_once_before_any_repeats():
+    assert count_skeletons(3, 2) == [3, 18]  # 3 one-step plans, 9 id pairs x [] or "all"
+    drawn = draw_skeletons(random.Random(0), [2, 0, 1], 2, 21)
+    assert len(set(drawn)) == 21
+    assert all(1 <= len(ids) <= 2 and len(ids) == len(acc) and acc[0] == "[]"
+               for ids, acc in drawn)
+    assert ((2, 0), ("[]", "all")) in drawn and ((1,), ("[]",)) in drawn
+    assert len(draw_skeletons(random.Random(0), [0], 1, 3)) == 3  # one plan only: repeats
+
+
+def test_skeletons_are_uniform_over_plans():
+    rng = random.Random(1)
+    lengths = Counter(len(draw_skeletons(rng, [0, 1, 2], 2, 1)[0][0]) for _ in range(4200))
+    assert abs(lengths[1] / 4200 - 3 / 21) < 0.03  # a one-step plan is 3 of the 21
+    again = draw_skeletons(random.Random(5), [0, 1, 2], 3, 6)
+    assert again == draw_skeletons(random.Random(5), [0, 1, 2], 3, 6)  # seeded
+
+
+def test_each_group_explores_its_share():
+    prompts = ["a"] * 6 + ["b"] * 6
+    assert explored_indices(prompts, 0.5) == {"a": [0, 1, 2], "b": [6, 7, 8]}
+    assert explored_indices(["a", "b", "a", "b"], 1.0) == {"a": [0, 2], "b": [1, 3]}
+    assert explored_indices(prompts, 0.0) == {"a": [], "b": []}
+
+
+def test_exploring_needs_grammar_held_single_round_rollouts():
+    from podium.errors import ConfigError
+    from podium.train.config import train_config_from_dict
+
+    base = {"data": {"tasks": [{"name": "gsm8k"}]}}
+    with pytest.raises(ConfigError, match="constrained = true"):
+        train_config_from_dict({**base, "grpo": {"explore": 0.5}})
+    with pytest.raises(ConfigError, match="recursion.fraction = 0"):
+        train_config_from_dict({**base, "grpo": {"explore": 0.5, "constrained": True},
+                                "recursion": {"fraction": 0.5}})
+    with pytest.raises(ConfigError, match="at least 0.06"):
+        train_config_from_dict({**base, "grpo": {"explore": 0.05, "constrained": True,
+                                                 "generations": 8}})
+    ok = train_config_from_dict({**base, "grpo": {"explore": 0.5, "constrained": True}})
+    assert ok.grpo.explore == 0.5
