@@ -164,6 +164,11 @@ class GRPOSection(_Section):
         0.0, ge=0, le=1, description="Share of each group's rollouts whose plan skeleton (worker "
         "ids and access values) is drawn uniformly at random, distinct within the group; the "
         "subtasks stay the policy's (podium.train.explore; needs constrained = true).")
+    explore_wrong: Literal["keep", "drop"] = Field(
+        "drop", description="An explored rollout whose answer is wrong: keep = scored like "
+        "any other; drop = unscorable, left out of its group's baseline and the loss, so "
+        "drawn plans teach only by succeeding (pushing down a plan the policy would rarely "
+        "write moves its probability onto the plan it already favours).")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus (0: none).")
     seed: int = Field(42, description="Seed of sampling and of the trainer.")
     save_steps: int = Field(20, ge=1, description="Checkpoint every N steps.")

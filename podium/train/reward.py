@@ -85,7 +85,8 @@ class ConductorReward:
 
     def __init__(self, pipeline: Pipeline, data: TrainingData, spec: RewardSection, *,
                  transcripts: Path | None = None, per_step: int = 2,
-                 recursion: RecursionSection | None = None, group: int = 1) -> None:
+                 recursion: RecursionSection | None = None, group: int = 1,
+                 explore_wrong: str = "keep") -> None:
         self.pipeline = pipeline
         self.data = data
         self.spec = spec
@@ -93,6 +94,7 @@ class ConductorReward:
         self.per_step = per_step
         self.recursion = recursion
         self.group = group
+        self.explore_wrong = explore_wrong
         self.calls = 0
 
     async def run_round0(self, row: dict[str, Any], text: str, n_tokens: int,
@@ -146,6 +148,9 @@ class ConductorReward:
             if self.recursion.normalisation == "per_round":
                 rewards = per_round(rewards, rounds, self.group)
         explored = podium_explored or [False] * n
+        if self.explore_wrong == "drop":  # unscorable: no baseline, no gradient
+            rewards = [None if e and not o.correct else r
+                       for r, o, e in zip(rewards, outcomes, explored, strict=True)]
         if log_metric is not None:  # the policy's own rollouts; the explored ones apart
             own = [i for i in range(n) if not explored[i]]
             for name, value in rollout_metrics([outcomes[i] for i in own],

@@ -176,7 +176,8 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
     reward = ConductorReward(plan.pipeline, data, config.reward,
                              transcripts=out / "transcripts.jsonl" if main_process else None,
                              per_step=config.output.transcripts_per_step,
-                             recursion=recursion, group=config.grpo.generations)
+                             recursion=recursion, group=config.grpo.generations,
+                             explore_wrong=config.grpo.explore_wrong)
     rows = with_prompts(data.rows or [_placeholder(pool, settings)], tokenizer)
     grammars = (Grammars(tokenizer, model.config.vocab_size, pool, settings)
                 if config.grpo.constrained else None)
@@ -243,7 +244,8 @@ def describe(plan: Plan) -> list[str]:
         + (", under the Conductor's grammar" if g.constrained else "")
         + (", dead steps left out of the loss" if g.credit == "live" else "")
         + (f", {round(g.explore * g.generations)} of {g.generations} rollouts a group on "
-           "random plans" if g.explore else ""),
+           f"random plans ({'wrong ones dropped' if g.explore_wrong == 'drop' else 'all scored'})"
+           if g.explore else ""),
         f"output      {c.output.dir} (checkpoints every {g.save_steps} steps)",
     ]
 

@@ -106,19 +106,20 @@ def test_reindexed_sub_pools_are_shown_as_0_to_k_minus_1(tmp_path):
 
 
 def reward_for(tmp_path: Path, completions: list[str], workers: list[int],
-               spec: RewardSection | None = None) -> list:
+               spec: RewardSection | None = None, **kwargs) -> list:
     data = data_with(tmp_path, SubpoolSection())
     row = data.rows[0]
 
     async def go():
         async with Pipeline(POOL, settings=POOL.run.model_copy(update={"fallback": False})
                             ) as pipe:
-            reward = ConductorReward(pipe, data, spec or RewardSection())
+            reward = ConductorReward(pipe, data, spec or RewardSection(),
+                                     explore_wrong=kwargs.pop("explore_wrong", "keep"))
             n = len(completions)
             return await reward(prompts=[""] * n, completions=completions,
                                 completion_ids=[[1, 2]] * n, messages=[row["messages"]] * n,
                                 question=[row["question"]] * n, task=[row["task"]] * n,
-                                item=[row["item"]] * n, workers=[workers] * n)
+                                item=[row["item"]] * n, workers=[workers] * n, **kwargs)
 
     return asyncio.run(go()), row
 
@@ -148,6 +149,24 @@ def test_the_extra_call_penalty_prefers_the_shortest_right_plan(tmp_path):
     rewards, _ = reward_for(tmp_path, plans, [], spec)
     assert rewards == pytest.approx([1.0, 0.9, 0.5, 0.5])  # only right answers pay for calls
     assert reward_for(tmp_path, plans, [])[0] == [1.0, 1.0, 0.5, 0.5]  # off by default
+
+
+def test_wrong_explored_rollouts_are_unscorable_or_kept(tmp_path):
+    """`grpo.explore_wrong = "drop"`: a drawn plan teaches only by succeeding; the policy's
+    own rollouts are scored as ever. The metrics count the policy's rollouts and the explored
+    ones apart."""
+    right, wrong = ('model_id = [1]\nsubtasks = ["Add"]\naccess_list = [[]]',
+                    'model_id = [0]\nsubtasks = ["Zero"]\naccess_list = [[]]')
+    logged = {}
+    rewards, _ = reward_for(tmp_path, [right, wrong, right, wrong], [], explore_wrong="drop",
+                            podium_explored=[False, False, True, True],
+                            log_metric=logged.__setitem__)
+    assert rewards == [1.0, 0.5, 1.0, None]
+    assert logged["podium/correct"] == 0.5 and logged["podium/explored"] == 0.5
+    assert logged["podium/explored_correct"] == 0.5
+    kept, _ = reward_for(tmp_path, [right, wrong, right, wrong], [], explore_wrong="keep",
+                         podium_explored=[False, False, True, True])
+    assert kept == [1.0, 0.5, 1.0, 0.5]
 
 
 def test_config_rejects_unknown_keys_and_takes_overrides(tmp_path):
