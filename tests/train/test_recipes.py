@@ -44,3 +44,27 @@ def test_every_recipe_builds_under_dry_run(recipe, tmp_path, monkeypatch):
     if recipe.stem == "paper-subpool":
         assert "sub-pools   100% of rows" in out
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+def test_docs_list_every_training_key_with_its_meaning():
+    """docs/training.md's "Every key" tables name every key of every section with the
+    description the config itself gives (what `podium train` errors point to)."""
+    from podium.train import config as c
+
+    text = (ROOT / "docs" / "training.md").read_text().split("## Every key", 1)[1]
+    tables = {}
+    for block in text.split("\n`[")[1:]:
+        label = "[" + block.split("`", 1)[0]
+        tables[label] = [line for line in block.splitlines() if line.startswith("| `")]
+    sections = {"[model]": c.ModelSection, "[pool]": c.PoolSection,
+                "[[data.tasks]]": c.TaskSpec, "[data]": c.DataSection,
+                "[reward]": c.RewardSection, "[subpool]": c.SubpoolSection,
+                "[recursion]": c.RecursionSection, "[grpo]": c.GRPOSection,
+                "[output]": c.OutputSection}
+    for label, cls in sections.items():
+        rows = {line.split("`")[1]: line for line in tables[label]}
+        for name, field in cls.model_fields.items():
+            if name == "tasks":
+                continue  # [[data.tasks]] has its own table
+            assert name in rows, f"docs/training.md {label} lacks `{name}`"
+            assert (field.description or "") in rows[name], f"{label} {name}: stale meaning"
