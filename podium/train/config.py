@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from podium.config import RunSettings
 from podium.errors import ConfigError
+from podium.train.explore import explored_count
 
 
 class _Section(BaseModel):
@@ -228,11 +229,11 @@ class TrainConfig(_Section):
         if self.grpo.explore and self.recursion.fraction:
             raise ValueError("grpo.explore is for single-round training: set "
                              "recursion.fraction = 0 or grpo.explore = 0")
-        if self.grpo.explore and round(self.grpo.explore * self.grpo.generations) < 1:
+        if self.grpo.explore and explored_count(self.grpo.explore, self.grpo.generations) < 1:
             raise ValueError(f"grpo.explore x grpo.generations rounds to no exploring rollout "
                              f"({self.grpo.explore} x {self.grpo.generations}): raise "
-                             "grpo.explore to at least "
-                             f"{0.5 / self.grpo.generations:.2f}, or set it to 0")
+                             f"grpo.explore to at least 1/{self.grpo.generations}, or set it "
+                             "to 0")
         return self
 
 

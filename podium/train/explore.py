@@ -5,7 +5,8 @@ Conductor samples the plans its prior favours, and on a hard id assignment that 
 from the right plan: on the gym the policy sends every question to one id within a few updates,
 the groups stop differing and nothing more is learned (docs/gym.md). A chained question needs
 three choices at once (the right first id, the right second id, the second step seeing the
-first), which the untrained policy samples together about once in a hundred rollouts.
+first), which the untrained policy rarely samples together (none of 48 rollouts on the gym's
+seed 5).
 
 With `[grpo] explore = f`, a share f of each group's rollouts is sampled under a grammar that
 holds the plan's *skeleton* (its worker ids and access values) to one drawn uniformly from
@@ -13,8 +14,10 @@ every skeleton the pool admits, distinct within the group; the subtasks are stil
 own. Every id then appears in every group whatever the policy prefers, so a group keeps reward
 spread until the policy has learned which plan each question needs, and the right plan of a
 chained question is tried about once in every 21 / (f x G) groups on the gym (21 skeletons of
-one or two steps over three ids). The loss is TRL's, on the tokens sampled: a drawn id that
-pays is pushed up under the policy's own probabilities, one that does not is pushed down.
+one or two steps over three ids). The loss is TRL's, on the tokens sampled: a drawn plan that
+pays is pushed up under the policy's own probabilities. One that does not is left out of the
+loss (`[grpo] explore_wrong = "drop"`, the default; the reward makes it unscorable), or pushed
+down like any other rollout (`"keep"`).
 
 Skeletons are uniform over plans, not over lengths: with many ids and steps most drawn plans
 are long. The draw is seeded (`[grpo] seed`), so a run repeats.
@@ -52,10 +55,15 @@ def draw_skeletons(rng: random.Random, ids: Sequence[int], max_steps: int,
     return out
 
 
+def explored_count(share: float, group: int) -> int:
+    """How many of a group's `group` rollouts explore: share x group, halves rounded up."""
+    return int(share * group + 0.5)
+
+
 def explored_indices(prompts: Sequence[str], share: float) -> dict[str, list[int]]:
-    """Which rollouts of each prompt's group explore: the first round(share x group size)
-    rollouts of each distinct prompt, in order."""
+    """Which rollouts of each prompt's group explore: the first `explored_count` rollouts of
+    each distinct prompt, in order."""
     groups: dict[str, list[int]] = {}
     for i, p in enumerate(prompts):
         groups.setdefault(p, []).append(i)
-    return {p: idx[:round(share * len(idx))] for p, idx in groups.items()}
+    return {p: idx[:explored_count(share, len(idx))] for p, idx in groups.items()}

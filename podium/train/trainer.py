@@ -34,6 +34,7 @@ from podium.pipeline import Pipeline
 from podium.train.config import TrainConfig
 from podium.train.constrained import ConstrainedRollout, Grammars
 from podium.train.data import TrainingData, build_data, with_prompts
+from podium.train.explore import explored_count
 from podium.train.recursion import RecursionRollout
 from podium.train.reward import ConductorReward
 
@@ -243,7 +244,7 @@ def describe(plan: Plan) -> list[str]:
         f"generation  {'vLLM ' + g.vllm_mode if g.use_vllm else 'transformers'}"
         + (", under the Conductor's grammar" if g.constrained else "")
         + (", dead steps left out of the loss" if g.credit == "live" else "")
-        + (f", {round(g.explore * g.generations)} of {g.generations} rollouts a group on "
+        + (f", {explored_count(g.explore, g.generations)} of {g.generations} rollouts a group on "
            f"random plans ({'wrong ones dropped' if g.explore_wrong == 'drop' else 'all scored'})"
            if g.explore else ""),
         f"output      {c.output.dir} (checkpoints every {g.save_steps} steps)",

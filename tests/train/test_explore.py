@@ -33,6 +33,7 @@ def test_each_group_explores_its_share():
     assert explored_indices(prompts, 0.5) == {"a": [0, 1, 2], "b": [6, 7, 8]}
     assert explored_indices(["a", "b", "a", "b"], 1.0) == {"a": [0, 2], "b": [1, 3]}
     assert explored_indices(prompts, 0.0) == {"a": [], "b": []}
+    assert explored_indices(["a"] * 2, 0.25) == {"a": [0]}  # half a rollout rounds up
 
 
 def test_exploring_needs_grammar_held_single_round_rollouts():
@@ -45,8 +46,11 @@ def test_exploring_needs_grammar_held_single_round_rollouts():
     with pytest.raises(ConfigError, match="recursion.fraction = 0"):
         train_config_from_dict({**base, "grpo": {"explore": 0.5, "constrained": True},
                                 "recursion": {"fraction": 0.5}})
-    with pytest.raises(ConfigError, match="at least 0.06"):
+    with pytest.raises(ConfigError, match="at least 1/8"):
         train_config_from_dict({**base, "grpo": {"explore": 0.05, "constrained": True,
+                                                 "generations": 8}})
+    for share in (1 / 8, 0.0625):  # a half rounds up: 0.0625 x 8 is one exploring rollout
+        train_config_from_dict({**base, "grpo": {"explore": share, "constrained": True,
                                                  "generations": 8}})
     ok = train_config_from_dict({**base, "grpo": {"explore": 0.5, "constrained": True}})
     assert ok.grpo.explore == 0.5
