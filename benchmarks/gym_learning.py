@@ -14,7 +14,7 @@ a third of the questions chained), question mode or `--mode subtask`.
 
     .venv/bin/python benchmarks/gym_learning.py [--assignments 1 5 7] [--minutes 25]
         [--eval-every 5] [--held-out 30] [--mode question] [--set grpo.learning_rate=2e-5 ...]
-        [--out benchmarks/results/gym_learning.json] [--with EARLIER.json]
+        [--out benchmarks/results/gym_learning.json] [--with EARLIER.json] [--keep DIR]
 
 Writes JSON and a PNG learning curve (one line per assignment, the baselines as horizontal
 lines) next to it.
@@ -244,12 +244,16 @@ def main() -> None:
     parser.add_argument("--held-out", type=int, default=30)
     parser.add_argument("--set", action="append", help="a training config override")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gym_learning.json"))
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="train in DIR/seed-N and keep it (metrics.jsonl, transcripts.jsonl, "
+                             "the final model) instead of a temporary folder")
     args = parser.parse_args()
     from podium.train.gym import assignment
 
     results = json.loads(args.earlier.read_text())["results"] if args.earlier else []
     seen = {tuple(r["assignment"]) for r in results}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or scratch
         for seed in args.assignments:
             names = tuple(assignment(seed, team(args)))
             if names in seen:

@@ -51,6 +51,7 @@ class ModelSection(_Section):
         "auto", description="Weights' dtype: auto = float32 on CPU, bfloat16 on GPU.")
 
 
+
 class PoolSection(_Section):
     file: str | None = Field(None, description="Pool file (TOML) whose workers run every "
                              "rollout's workflow; none = the embedded default.")
@@ -156,15 +157,20 @@ class GRPOSection(_Section):
     constrained: bool = Field(False, description="Sample every rollout under the Conductor's "
                               "grammar (valid workflows only; transformers generation with "
                               "xgrammar), as a constrained Conductor runs at inference.")
-    credit: Literal["all", "live"] = Field(
+    credit: Literal["all", "live", "plan"] = Field(
         "all", description="all: every completion token takes the rollout's advantage (the "
         "paper); live: the tokens writing a step the final answer cannot depend on (not the "
-        "last step, not seen by it) are left out of the loss (podium.train.credit; needs "
-        "constrained = true).")
+        "last step, not seen by it) are left out of the loss; plan: live, and every subtask's "
+        "text too, for workers that read the question, not the subtask (podium.train.credit; "
+        "needs constrained = true).")
     explore: float = Field(
         0.0, ge=0, le=1, description="Share of each group's rollouts whose plan skeleton (worker "
         "ids and access values) is drawn uniformly at random, distinct within the group; the "
         "subtasks stay the policy's (podium.train.explore; needs constrained = true).")
+    explore_plans: Literal["live", "all"] = Field(
+        "live", description="Which skeletons explore draws: live = only plans whose every step "
+        "reaches the answer (a plan of two steps or more ends with \"all\"); all = every "
+        "skeleton, a last step that sees nothing included.")
     explore_wrong: Literal["keep", "drop"] = Field(
         "drop", description="An explored rollout whose answer is wrong: keep = scored like "
         "any other; drop = unscorable, left out of its group's baseline and the loss, so "
@@ -217,12 +223,12 @@ class TrainConfig(_Section):
             raise ValueError("subpool.k_max must be at least subpool.k_min")
         if self.recursion.fraction and int(self.grpo.generations * self.recursion.fraction) < 1:
             raise ValueError("recursion.fraction x grpo.generations must be at least 1")
-        if self.grpo.credit == "live" and not self.grpo.constrained:
-            raise ValueError("grpo.credit = 'live' reads the steps from grammar-held rollouts: "
-                             "set grpo.constrained = true too")
-        if self.grpo.credit == "live" and self.recursion.fraction:
-            raise ValueError("grpo.credit = 'live' is for single-round training: set "
-                             "recursion.fraction = 0 or grpo.credit = 'all'")
+        if self.grpo.credit != "all" and not self.grpo.constrained:
+            raise ValueError(f"grpo.credit = {self.grpo.credit!r} reads the steps from "
+                             "grammar-held rollouts: set grpo.constrained = true too")
+        if self.grpo.credit != "all" and self.recursion.fraction:
+            raise ValueError(f"grpo.credit = {self.grpo.credit!r} is for single-round training: "
+                             "set recursion.fraction = 0 or grpo.credit = 'all'")
         if self.grpo.explore and not self.grpo.constrained:
             raise ValueError("grpo.explore draws plans through the Conductor's grammar: set "
                              "grpo.constrained = true too")

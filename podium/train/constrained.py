@@ -95,10 +95,12 @@ class ConstrainedRollout:
     """TRL's `rollout_func` for single-round training with grammar-held rollouts."""
 
     def __init__(self, grammars: Grammars, tokenizer: Any, rows: list[dict[str, Any]],
-                 credit: str = "all", explore: float = 0.0, seed: int = 0) -> None:
+                 credit: str = "all", explore: float = 0.0, seed: int = 0,
+                 explore_plans: str = "live") -> None:
         self.grammars, self.tokenizer, self.credit = grammars, tokenizer, credit
         self.rows = {row["prompt"]: row for row in rows}
         self.explore, self.rng = explore, random.Random(seed)
+        self.live_plans = explore_plans == "live"
 
     def skeletons(self, prompts: list[str]) -> list[Skeleton | None]:
         """Per rollout, the skeleton it explores, or None for a rollout of the policy's own."""
@@ -106,7 +108,8 @@ class ConstrainedRollout:
         for prompt, idx in explored_indices(prompts, self.explore).items():
             workers = tuple(self.rows[prompt]["workers"])
             drawn = draw_skeletons(self.rng, self.grammars.shown_ids(workers),
-                                   self.grammars.settings.max_steps, len(idx))
+                                   self.grammars.settings.max_steps, len(idx),
+                                   self.live_plans)
             for i, skeleton in zip(idx, drawn, strict=True):
                 out[i] = skeleton
         return out
@@ -120,6 +123,7 @@ class ConstrainedRollout:
         out = {"prompt_ids": ids, "completion_ids": completions, "logprobs": logprobs}
         if self.explore:  # forwarded to the reward, which logs the two kinds apart
             out["podium_explored"] = [sk is not None for sk in skeletons]
-        if self.credit == "live":  # TRL leaves tokens with env_mask 0 out of the loss
-            out["env_mask"] = [live_mask(self.tokenizer, c) for c in completions]
+        if self.credit != "all":  # TRL leaves tokens with env_mask 0 out of the loss
+            out["env_mask"] = [live_mask(self.tokenizer, c, subtasks=self.credit == "live")
+                               for c in completions]
         return out

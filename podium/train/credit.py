@@ -16,6 +16,13 @@ mask is read from the completion's text, which the Conductor's grammar holds to
 
 with each access entry [] or "all", so it needs `[grpo] constrained = true`. A completion that
 does not read as that (never, under the grammar) is left whole.
+
+With `[grpo] credit = "plan"`, the subtask texts of every step are left out too, so the loss
+is on the plan's decisions alone (ids, access values, the number of steps). It is for pools
+whose workers read the original question, not the subtask (the gym's question mode): there a
+subtask cannot change the reward, yet its tokens, sampled at temperature 1 and mostly
+improbable, carry the largest log-probability gradients of the rollout, and under gradient
+clipping they crowd out the few tokens that decide the plan.
 """
 
 from __future__ import annotations
@@ -63,9 +70,9 @@ def dead_steps(dependencies: Sequence[Sequence[int]]) -> set[int]:
     return set(range(len(dependencies))) - live
 
 
-def live_mask(tokenizer: Any, completion_ids: Sequence[int]) -> list[int]:
+def live_mask(tokenizer: Any, completion_ids: Sequence[int], subtasks: bool = True) -> list[int]:
     """1 for each token that keeps the rollout's advantage, 0 for a token that overlaps a
-    dead step's id, subtask or access entry."""
+    dead step's id, subtask or access entry (or, with `subtasks=False`, any step's subtask)."""
     ids = list(completion_ids)
     ends = [len(tokenizer.decode(ids[:k + 1], skip_special_tokens=True))
             for k in range(len(ids))]
@@ -74,6 +81,8 @@ def live_mask(tokenizer: Any, completion_ids: Sequence[int]) -> list[int]:
         return [1] * len(ids)
     spans, dependencies = found
     dead = [span for i in dead_steps(dependencies) for span in spans[i]]
+    if not subtasks:
+        dead += [step[1] for step in spans]
     mask, begin = [], 0
     for end in ends:
         mask.append(0 if any(begin < b and a < end for a, b in dead) else 1)

@@ -14,10 +14,17 @@ every skeleton the pool admits, distinct within the group; the subtasks are stil
 own. Every id then appears in every group whatever the policy prefers, so a group keeps reward
 spread until the policy has learned which plan each question needs, and the right plan of a
 chained question is tried about once in every 21 / (f x G) groups on the gym (21 skeletons of
-one or two steps over three ids). The loss is TRL's, on the tokens sampled: a drawn plan that
+one or two steps over three ids; 12 with `explore_plans = "live"`, below). The loss is TRL's,
+on the tokens sampled: a drawn plan that
 pays is pushed up under the policy's own probabilities. One that does not is left out of the
 loss (`[grpo] explore_wrong = "drop"`, the default; the reward makes it unscorable), or pushed
 down like any other rollout (`"keep"`).
+
+With `[grpo] explore_plans = "live"` (the default) only plans in which every step reaches the
+answer are drawn: a step the last step does not see (a last step with access []) cannot change
+the answer, so a plan with one is a shorter plan with a wasted call. On the gym that leaves 12
+skeletons (3 one-step plans, 9 id pairs whose second step sees the first), and the chained
+question's plan is drawn about once in 12 / (f x G) groups; `"all"` draws from all 21.
 
 Skeletons are uniform over plans, not over lengths: with many ids and steps most drawn plans
 are long. The draw is seeded (`[grpo] seed`), so a run repeats.
@@ -31,23 +38,27 @@ from collections.abc import Sequence
 Skeleton = tuple[tuple[int, ...], tuple[str, ...]]
 
 
-def count_skeletons(n_ids: int, max_steps: int) -> list[int]:
+def count_skeletons(n_ids: int, max_steps: int, live: bool = False) -> list[int]:
     """How many skeletons there are of each length 1..max_steps: n^k ids, and [] or "all" for
-    every step after the first (step 0 sees nothing in a root round)."""
-    return [n_ids ** k * 2 ** (k - 1) for k in range(1, max_steps + 1)]
+    every step after the first (step 0 sees nothing in a root round); `live`, only those whose
+    every step reaches the answer (a plan of two steps or more ends with "all")."""
+    return [n_ids ** k * 2 ** max(k - 1 - live, 0) for k in range(1, max_steps + 1)]
 
 
 def draw_skeletons(rng: random.Random, ids: Sequence[int], max_steps: int,
-                   k: int) -> list[Skeleton]:
-    """`k` skeletons drawn uniformly from all of `ids` up to `max_steps`, distinct while there
-    are enough of them (beyond that, repeats)."""
+                   k: int, live: bool = False) -> list[Skeleton]:
+    """`k` skeletons drawn uniformly from all of `ids` up to `max_steps` (`live`: only those
+    whose every step reaches the answer), distinct while there are enough of them (beyond
+    that, repeats)."""
     ids = sorted(set(ids))
-    counts = count_skeletons(len(ids), max_steps)
+    counts = count_skeletons(len(ids), max_steps, live)
     total, out, seen = sum(counts), [], set()
     while len(out) < k:
         length = rng.choices(range(1, max_steps + 1), weights=counts)[0]
-        skeleton = (tuple(rng.choice(ids) for _ in range(length)),
-                    ("[]",) + tuple(rng.choice(("[]", "all")) for _ in range(length - 1)))
+        access = ("[]",) + tuple(rng.choice(("[]", "all")) for _ in range(length - 1))
+        if live and length > 1:
+            access = access[:-1] + ("all",)
+        skeleton = (tuple(rng.choice(ids) for _ in range(length)), access)
         if skeleton in seen and len(seen) < total:
             continue
         seen.add(skeleton)

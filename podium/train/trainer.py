@@ -187,7 +187,8 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
         rollout = RecursionRollout(reward, recursion, settings, tokenizer, rows, grammars)
     elif grammars is not None:
         rollout = ConstrainedRollout(grammars, tokenizer, rows, config.grpo.credit,
-                                     config.grpo.explore, config.grpo.seed)
+                                     config.grpo.explore, config.grpo.seed,
+                                     config.grpo.explore_plans)
     if rollout is not None:  # TRL's rollout_func is marked experimental; podium pins its TRL
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     plan.trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=grpo_args(config),
@@ -244,8 +245,10 @@ def describe(plan: Plan) -> list[str]:
         f"generation  {'vLLM ' + g.vllm_mode if g.use_vllm else 'transformers'}"
         + (", under the Conductor's grammar" if g.constrained else "")
         + (", dead steps left out of the loss" if g.credit == "live" else "")
+        + (", dead steps and subtasks left out of the loss" if g.credit == "plan" else "")
         + (f", {explored_count(g.explore, g.generations)} of {g.generations} rollouts a group on "
-           f"random plans ({'wrong ones dropped' if g.explore_wrong == 'drop' else 'all scored'})"
+           f"random {'live ' if g.explore_plans == 'live' else ''}plans "
+           f"({'wrong ones dropped' if g.explore_wrong == 'drop' else 'all scored'})"
            if g.explore else ""),
         f"output      {c.output.dir} (checkpoints every {g.save_steps} steps)",
     ]

@@ -60,6 +60,20 @@ def test_the_mask_leaves_out_exactly_the_dead_step(tokenizer):
     assert live_mask(tokenizer, ids) == [1] * len(ids)  # unreadable: left whole
 
 
+def test_plan_credit_also_leaves_out_every_subtask(tokenizer):
+    text = '2, 0]\nsubtasks = ["Count letters", "Add numbers"]\naccess_list = [[], "all"]'
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    mask = live_mask(tokenizer, ids, subtasks=False)
+    kept = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
+    assert "Count" not in kept and "numbers" not in kept
+    assert kept.startswith("2, 0]") and 'access_list = [[], "all"]' in kept
+    dead_step = text.replace('"all"]', "[]]")  # step 0 is dead: its id goes too
+    ids = tokenizer(dead_step, add_special_tokens=False)["input_ids"]
+    kept = tokenizer.decode([t for t, m in zip(ids, live_mask(tokenizer, ids, subtasks=False),
+                                                  strict=True) if m])
+    assert "2" not in kept and "Count" not in kept and "Add" not in kept and "0]" in kept
+
+
 @pytest.mark.parametrize(("mask_value", "moves"), [(0, False), (1, True)])
 def test_trl_leaves_masked_tokens_out_of_the_loss(tmp_path, monkeypatch, mask_value, moves):
     """The contract credit = "live" relies on: an `env_mask` of 0 from the rollout function
@@ -96,16 +110,17 @@ def test_trl_leaves_masked_tokens_out_of_the_loss(tmp_path, monkeypatch, mask_va
     assert moved is moves
 
 
-def test_live_credit_needs_grammar_held_single_round_rollouts():
+@pytest.mark.parametrize("credit", ["live", "plan"])
+def test_step_credit_needs_grammar_held_single_round_rollouts(credit):
     from podium.errors import ConfigError
     from podium.train.config import train_config_from_dict
 
     base = {"data": {"tasks": [{"name": "gsm8k"}]}}
     with pytest.raises(ConfigError, match="constrained = true"):
-        train_config_from_dict({**base, "grpo": {"credit": "live"}})
+        train_config_from_dict({**base, "grpo": {"credit": credit}})
     with pytest.raises(ConfigError, match="recursion.fraction = 0"):
-        train_config_from_dict({**base, "grpo": {"credit": "live", "constrained": True},
+        train_config_from_dict({**base, "grpo": {"credit": credit, "constrained": True},
                                 "recursion": {"fraction": 0.5}})
-    ok = train_config_from_dict({**base, "grpo": {"credit": "live", "constrained": True}})
-    assert ok.grpo.credit == "live"
+    ok = train_config_from_dict({**base, "grpo": {"credit": credit, "constrained": True}})
+    assert ok.grpo.credit == credit
 

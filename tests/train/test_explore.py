@@ -20,6 +20,18 @@ def test_every_skeleton_is_drawn_once_before_any_repeats():
     assert len(draw_skeletons(random.Random(0), [0], 1, 3)) == 3  # one plan only: repeats
 
 
+def test_live_plans_leave_out_steps_the_answer_cannot_see():
+    assert count_skeletons(3, 2, live=True) == [3, 9]  # the second step sees the first
+    assert count_skeletons(2, 3, live=True) == [2, 4, 16]
+    drawn = draw_skeletons(random.Random(0), [0, 1, 2], 2, 12, live=True)
+    assert len(set(drawn)) == 12
+    assert all(acc == ("[]",) or acc == ("[]", "all") for _, acc in drawn)
+    assert ((2, 0), ("[]", "all")) in drawn
+    three = draw_skeletons(random.Random(1), [0, 1], 3, 200, live=True)
+    assert {acc[-1] for _, acc in three if len(acc) > 1} == {"all"}
+    assert {acc[1] for _, acc in three if len(acc) == 3} == {"[]", "all"}  # a middle step: free
+
+
 def test_skeletons_are_uniform_over_plans():
     rng = random.Random(1)
     lengths = Counter(len(draw_skeletons(rng, [0, 1, 2], 2, 1)[0][0]) for _ in range(4200))
