@@ -51,7 +51,6 @@ class ModelSection(_Section):
         "auto", description="Weights' dtype: auto = float32 on CPU, bfloat16 on GPU.")
 
 
-
 class PoolSection(_Section):
     file: str | None = Field(None, description="Pool file (TOML) whose workers run every "
                              "rollout's workflow; none = the embedded default.")

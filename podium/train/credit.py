@@ -21,8 +21,9 @@ With `[grpo] credit = "plan"`, the subtask texts of every step are left out too,
 is on the plan's decisions alone (ids, access values, the number of steps). It is for pools
 whose workers read the original question, not the subtask (the gym's question mode): there a
 subtask cannot change the reward, yet its tokens, sampled at temperature 1 and mostly
-improbable, carry the largest log-probability gradients of the rollout, and under gradient
-clipping they crowd out the few tokens that decide the plan.
+improbable, have large log-probability gradients, and under gradient clipping they crowd out
+the few tokens that decide the plan (docs/gym.md, runs X and Y: the reverse family learned in
+25 steps instead of 40).
 """
 
 from __future__ import annotations

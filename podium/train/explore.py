@@ -15,10 +15,9 @@ own. Every id then appears in every group whatever the policy prefers, so a grou
 spread until the policy has learned which plan each question needs, and the right plan of a
 chained question is tried about once in every 21 / (f x G) groups on the gym (21 skeletons of
 one or two steps over three ids; 12 with `explore_plans = "live"`, below). The loss is TRL's,
-on the tokens sampled: a drawn plan that
-pays is pushed up under the policy's own probabilities. One that does not is left out of the
-loss (`[grpo] explore_wrong = "drop"`, the default; the reward makes it unscorable), or pushed
-down like any other rollout (`"keep"`).
+on the tokens sampled: a drawn plan that pays is pushed up under the policy's own
+probabilities. One that does not is left out of the loss (`[grpo] explore_wrong = "drop"`, the
+default; the reward makes it unscorable), or pushed down like any other rollout (`"keep"`).
 
 With `[grpo] explore_plans = "live"` (the default) only plans in which every step reaches the
 answer are drawn: a step the last step does not see (a last step with access []) cannot change
