@@ -245,8 +245,8 @@ def main() -> None:
     parser.add_argument("--set", action="append", help="a training config override")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gym_learning.json"))
     parser.add_argument("--keep", type=Path, metavar="DIR",
-                        help="train in DIR/seed-N and keep it (metrics.jsonl, transcripts.jsonl, "
-                             "the final model) instead of a temporary folder")
+                        help="train in DIR/seed-N and keep its metrics.jsonl and "
+                             "transcripts.jsonl, instead of a temporary folder")
     args = parser.parse_args()
     from podium.train.gym import assignment
 
