@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -191,6 +192,7 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
                                      config.grpo.explore_plans)
     if rollout is not None:  # TRL's rollout_func is marked experimental; podium pins its TRL
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    quiet_unscorable_warning()
     plan.trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=grpo_args(config),
                                train_dataset=Dataset.from_list(rows), rollout_func=rollout,
                                processing_class=tokenizer, callbacks=_callbacks(plan))
@@ -198,6 +200,23 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
     plan.lines.insert(1, f"policy      {config.model.path} ({params / 1e6:.1f}M parameters, "
                          f"{next(model.parameters()).dtype})")
     return plan
+
+
+UNSCORABLE = "All reward functions returned None"
+
+
+def _counted_elsewhere(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(UNSCORABLE)
+
+
+def quiet_unscorable_warning() -> None:
+    """Leave out TRL's warning for a rollout every reward function scored None: it prints the
+    whole prompt once a step, and podium's Nones are deliberate and counted in metrics.jsonl
+    (`podium/infra_dropped` for infrastructure failures, `podium/explored_correct` for the drawn
+    plans `explore_wrong = "drop"` leaves unscored)."""
+    logger = logging.getLogger("trl.trainer.grpo_trainer")
+    if _counted_elsewhere not in logger.filters:
+        logger.addFilter(_counted_elsewhere)
 
 
 def _placeholder(pool: Pool, settings: RunSettings) -> dict[str, Any]:
