@@ -28,7 +28,8 @@ Each step logs, through TRL's `log_metric`: the correct and format-error rates, 
 by reason, dropped (infra) rollouts, the mean step count and the share of each count, the
 worker selection ratio overall and per position, and tokens and cost per rollout. A few
 rollouts per step (one of each reward value first: right, wrong, format error, dropped) go to
-`transcripts.jsonl` with their prompt, completion, workflow, answer and reward.
+`transcripts.jsonl` with their prompt, completion, workflow, answer and reward, under the
+number of the step they train (metrics.jsonl's).
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ class ConductorReward:
                        podium_round_messages: list | None = None,
                        podium_pair: list | None = None, podium_explored: list | None = None,
                        **_: Any) -> list[float | None]:
-        step = getattr(trainer_state, "global_step", 0)
+        # the update these rollouts feed: metrics.jsonl logs it under the same number
+        step = getattr(trainer_state, "global_step", 0) + 1
         n = len(completions)
         rounds = podium_round or [0] * n
         rows = [{"messages": m, "question": q, "task": t, "item": it, "workers": w,
