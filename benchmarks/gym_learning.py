@@ -6,7 +6,9 @@ For each id assignment (a seeded shuffle of which Model id is which specialist),
 runs), each workflow run and graded by the gym. Training stops at `--minutes` of training wall
 time (held-out evaluation is not counted in it). Next to the curves, on the same held-out
 items: the best single worker, a random-routing Conductor (a uniformly random valid workflow:
-length, workers and access) and the untrained Conductor (step 0).
+length, workers and access; its exact expected accuracy where there are few such workflows)
+and the untrained Conductor (step 0). The held-out items are the first `--held-out` of the
+gym's held-out split, where the families take turns: each family equally often.
 
 The training settings are configs/train/gym-cpu.toml's (`--set` overrides them); the gym here:
 the families `--families` (default arithmetic, reverse and count>arithmetic: three specialists,
@@ -29,6 +31,7 @@ import random
 import statistics
 import tempfile
 import time
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +74,8 @@ def team(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 class HeldOut:
-    """Greedy, grammar-held generation by the live policy on the held-out items, each workflow
-    run by the pipeline and graded by the gym."""
+    """Greedy, grammar-held generation by the live policy on the held-out items (each family
+    equally often), each workflow run by the pipeline and graded by the gym."""
 
     def __init__(self, plan: Any, n: int) -> None:
         from podium.conductor import plan_messages
@@ -80,7 +83,9 @@ class HeldOut:
 
         self.plan = plan
         self.task = plan.data.tasks["gym"]
-        self.items = self.task.load(split="test", n=n, seed=7)
+        # the first n of the held-out split, where the families take turns: as many questions
+        # of each family (a third chained with three families), not a random draw's mix
+        self.items = self.task.items("test")[:n]
         view = view_of(plan.pool, plan.settings, [])
         self.rows = with_prompts([{"messages": plan_messages(self.task.format(i), view,
                                                              plan.settings)}
@@ -144,17 +149,30 @@ class HeldOut:
         names = [w.name for w in self.plan.pool.workers]
         single = {name: self.score([self._plan([i], ["[]"]) for _ in self.items])["accuracy"]
                   for i, name in enumerate(names)}
+        return {"best_single": max(single.values()), "single": single,
+                "random_routing": self.random_routing(len(names))}
+
+    def random_routing(self, workers: int, most: int = 64) -> float:
+        """The accuracy of a uniformly random valid workflow (a length, then each step's worker
+        and, after the first, its access): exact, the mean over every workflow of each length,
+        when there are at most `most` of them; otherwise the mean of three random draws."""
+        steps = self.plan.settings.max_steps
+        if sum(workers ** k * 2 ** (k - 1) for k in range(1, steps + 1)) <= most:
+            return statistics.fmean(
+                statistics.fmean(self.score([self._plan(list(ids), ["[]", *access])]
+                                            * len(self.items))["accuracy"]
+                                 for ids in product(range(workers), repeat=k)
+                                 for access in product(['"all"', "[]"], repeat=k - 1))
+                for k in range(1, steps + 1))
         rng = random.Random(0)
 
         def random_plan() -> str:
-            k = rng.randint(1, self.plan.settings.max_steps)
-            ids = [rng.randrange(len(names)) for _ in range(k)]
+            k = rng.randint(1, steps)
+            ids = [rng.randrange(workers) for _ in range(k)]
             return self._plan(ids, ["[]"] + [rng.choice(['"all"', "[]"]) for _ in range(k - 1)])
 
-        randoms = [self.score([random_plan() for _ in self.items])["accuracy"]
-                   for _ in range(3)]
-        return {"best_single": max(single.values()), "single": single,
-                "random_routing": statistics.fmean(randoms)}
+        return statistics.fmean(self.score([random_plan() for _ in self.items])["accuracy"]
+                                for _ in range(3))
 
 
 def run_assignment(seed: int, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
