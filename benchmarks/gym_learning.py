@@ -156,8 +156,10 @@ class HeldOut:
         """The accuracy of a uniformly random valid workflow (a length, then each step's worker
         and, after the first, its access): exact, the mean over every workflow of each length,
         when there are at most `most` of them; otherwise the mean of three random draws."""
+        from podium.train.explore import count_skeletons
+
         steps = self.plan.settings.max_steps
-        if sum(workers ** k * 2 ** (k - 1) for k in range(1, steps + 1)) <= most:
+        if sum(count_skeletons(workers, steps)) <= most:
             return statistics.fmean(
                 statistics.fmean(self.score([self._plan(list(ids), ["[]", *access])]
                                             * len(self.items))["accuracy"]
