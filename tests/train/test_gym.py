@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,27 @@ def test_a_grammar_held_gym_run_and_its_conductor_under_the_same_grammar(tmp_pat
     data = json.loads(result.stdout)
     turn = data["conductor"][0]
     assert turn["constrained"] is True and turn["parse_error"] is None and data["answer"]
+
+
+def plain(instruction: str) -> str:
+    """An instruction as a worker LLM would also read it: the operands without the phrase."""
+    instruction = instruction.replace("What is ", "Compute ").replace("?", "")
+    return instruction.replace("Reverse the word", "Reverse").replace("'", "")
+
+
+def test_in_subtask_mode_a_plain_instruction_with_the_operands_works(tmp_path):
+    gym_pool = pool(tmp_path, mode="subtask")
+    names = [w.name for w in gym_pool.workers]
+    items = [i for i in TASK.items("test")[:21] if i.meta["family"] in (
+        "arithmetic", "reverse", "count", "count>arithmetic")]
+    parts = [i.meta["parts"] for i in items]
+    plans = [plan([names.index(n) for n, _ in p], [plain(t) for _, t in p],
+                  ["[]"] + ['"all"'] * (len(p) - 1)) for p in parts]
+    assert all(o.correct for o in run_plans(gym_pool, items, plans)), plans
+    # the operands are what counts: the same subtasks with the first operand changed are wrong
+    arithmetic = [k for k, i in enumerate(items) if i.meta["family"] == "arithmetic"]
+    other = [re.sub(r"Compute (\d+)", lambda m: f"Compute {int(m[1]) + 1}", plans[k])
+             for k in arithmetic]
+    assert all("Compute" in p for p in other)
+    got = run_plans(gym_pool, [items[k] for k in arithmetic], other)
+    assert arithmetic and not any(o.correct for o in got)

@@ -2,7 +2,11 @@
 
 A specialist reads the text it is given — the overall question (`question` mode) or only its
 own subtask (`subtask` mode) — finds its own kind of instruction in it, and answers in
-`<answer>` tags. The calculator also continues a chain: "add 150 to the result" takes the
+`<answer>` tags. It reads the question's own phrase ("What is 37 + 58?", "Reverse the word
+'tlimpa'.") and the plain forms a worker LLM would also understand ("37 + 58", "Reverse
+tlimpa", "Count the letter g in bridge"); the plain forms never occur in another family's
+question, so in question mode they change nothing, and in subtask mode the Conductor must still
+put the question's operands into the subtask. The calculator also continues a chain: "add 150 to the result" takes the
 result from the latest earlier step it was shown (a `<response>` block, visible only with access
 "all"). Anywhere else a specialist answers with something of the right shape that is almost
 always wrong (a number, a word, a date derived from the text), never an error or an empty
@@ -26,9 +30,10 @@ SPECIALISTS = ("calculator", "reverser", "counter", "calendar", "converter")
 _WHAT_IS = re.compile(r"What is (-?\d+) ([-+*]) (-?\d+)\?")
 _THEN = re.compile(r"(add|subtract|multiply the result by) (-?\d+)(?: (?:to|from) the result)?",
                    re.IGNORECASE)
-_REVERSE = re.compile(r"Reverse the word '([a-z]+)'", re.IGNORECASE)
-_COUNT = re.compile(r"(?:How many times does the letter|Count the letter) '([a-z])' "
-                    r"(?:appear )?in '([a-z]+)'", re.IGNORECASE)
+_EXPRESSION = re.compile(r"(?<![\d.-])(\d+) ?([-+*]) ?(\d+)(?![\d.-])")  # not in a date
+_REVERSE = re.compile(r"Reverse (?:the word )?'?([a-z]+)'?", re.IGNORECASE)
+_COUNT = re.compile(r"(?:How many times does the letter|Count the letter|letter) '?([a-z])'? "
+                    r"(?:appear )?in (?:the word )?'?([a-z]+)'?", re.IGNORECASE)
 _DATE = re.compile(r"What date is (\d+) days (after|before) (\d{4}-\d{2}-\d{2})\?")
 _CONVERT = re.compile(r"Convert ([\d.]+) ([a-z]+) to ([a-z]+)", re.IGNORECASE)
 _RESPONSE = re.compile(r'<response model_id="\d+">\s*(.*?)\s*</response>', re.DOTALL)
@@ -74,12 +79,14 @@ def _calculate(text: str, seen: str) -> str:
         op = m[1].lower()
         return number(before + n if op == "add" else before - n if op == "subtract"
                       else before * n)
+    if m := _EXPRESSION.search(text):
+        return number(OPS[m[2]](int(m[1]), int(m[3])))
     return str(_hash(text) % 900 + 10)
 
 
 def _reverse(text: str, seen: str) -> str:
     if m := _REVERSE.search(text):
-        return m[1][::-1]
+        return m[1].lower()[::-1]
     words = re.findall(r"[a-z]{4,}", text.lower()) or list(WORDS)
     return words[_hash(text) % len(words)][::-1]
 
