@@ -28,7 +28,9 @@ the paper's shape (reason first, then the lists); `compact` is for small Conduct
 training: a short template whose prefill (``model_id = [``) opens the lists, so the plan comes
 at once (the completion is parsed together with the prefill it continues); `compact-reason` is
 the same template with a one-line thought first ("The question asks to ..."); `compact-defined`
-is `compact` with both access values defined ("all" = the earlier steps' responses). All
+is `compact` with both access values defined ("all" = the earlier steps' responses);
+`compact-subtask` is `compact-defined` for workers that see only their own subtask (it says so,
+and asks for the question's operands in the subtask). All
 wording here is podium's own; the few-shot questions are written for podium and come from none
 of the benchmarks it evaluates.
 """
@@ -286,6 +288,16 @@ each step sees: "all" = the responses of the earlier steps, [] = nothing). The l
 response is the answer; a step that uses an earlier result must have "all".""" \
     + _QUESTION_AND_MODELS
 
+# compact-defined for workers that read only their own subtask, not the question (the gym's
+# subtask mode): the Conductor is told so, and that the subtask must carry the operands
+_TEMPLATE_COMPACT_SUBTASK = """\
+Answer the question with a team of models, in at most {max_steps} steps. Write three lists: \
+model_id (which model does each step), subtasks (what each step does) and access_list (what \
+each step sees: "all" = the responses of the earlier steps, [] = nothing). A model does not \
+see the question, only its own subtask: copy into the subtask what its step needs from the \
+question. The last step's response is the answer; a step that uses an earlier result must \
+have "all".""" + _QUESTION_AND_MODELS
+
 
 def _v1_with(name: str, template: str, prefill: str) -> ConductorPrompt:
     """A prompt with v1's system message and recursion rounds."""
@@ -297,6 +309,7 @@ PROMPTS: dict[str, ConductorPrompt] = {
     "v1": _v1_with("v1", _TEMPLATE_V1, _PREFILL_V1),
     "compact": _v1_with("compact", _TEMPLATE_COMPACT, "model_id = ["),
     "compact-defined": _v1_with("compact-defined", _TEMPLATE_COMPACT_DEFINED, "model_id = ["),
+    "compact-subtask": _v1_with("compact-subtask", _TEMPLATE_COMPACT_SUBTASK, "model_id = ["),
     # the compact template with a short thought first: the prefill opens a sentence about what
     # the question asks, which gives the worker ids a feature to condition on
     "compact-reason": _v1_with("compact-reason", _TEMPLATE_COMPACT, "The question asks to"),
