@@ -289,20 +289,24 @@ def main() -> None:
                                            indent=2, default=str))
     png = args.out.with_suffix(".png")
     plot(results, png)
+    # the targets: question mode, >= 90% on every assignment; subtask mode, >= 80% on one
+    bar, every = (0.9, True) if args.mode == "question" else (0.8, False)
+    reached = [next((c["train_min"] for c in r["curve"] if c["accuracy"] >= bar), None)
+               for r in results]
     print(f"\n{'seed':>4} {'assignment':<36} {'untrained':>9} {'best':>6} {'final':>6} "
-          f"{'to 90%':>7} {'train min':>9}")
-    for r in results:
-        to90 = f"{r['minutes_to_90']:.1f}" if r["minutes_to_90"] is not None else "-"
+          f"{f'to {100 * bar:.0f}%':>7} {'train min':>9}")
+    for r, at in zip(results, reached, strict=True):
+        to = f"{at:.1f}" if at is not None else "-"
         print(f"{r['seed']:>4} {', '.join(r['assignment']):<36} {100 * r['untrained']:>8.1f}% "
-              f"{100 * r['best']:>5.1f}% {100 * r['final']:>5.1f}% {to90:>7} "
+              f"{100 * r['best']:>5.1f}% {100 * r['final']:>5.1f}% {to:>7} "
               f"{r['train_min']:>9.1f}")
     b = results[0]["baselines"]
     print(f"best single worker {100 * b['best_single']:.1f}% · random routing "
           f"{100 * b['random_routing']:.1f}%")
-    ok = all(r["minutes_to_90"] is not None and r["minutes_to_90"] <= args.minutes
-             for r in results)
-    print(f"target: >= 90% held-out on every assignment within {args.minutes:g} min: "
-          f"{'PASS' if ok else 'MISS'}")
+    hits = [at is not None and at <= args.minutes for at in reached]
+    ok = all(hits) if every else any(hits)
+    print(f"target: >= {100 * bar:.0f}% held-out on {'every' if every else 'at least one'} "
+          f"assignment within {args.minutes:g} min: {'PASS' if ok else 'MISS'}")
     print(f"wrote {args.out} and {png}")
 
 

@@ -162,6 +162,9 @@ class GRPOSection(_Section):
         "last step, not seen by it) are left out of the loss; plan: live, and every subtask's "
         "text too, for workers that read the question, not the subtask (podium.train.credit; "
         "needs constrained = true).")
+    subtask_weight: float = Field(
+        1.0, ge=0, le=1, description="With credit = live: the weight in the loss of a live "
+        "step's subtask tokens against the plan's tokens (1: equal; 0: as credit = plan).")
     explore: float = Field(
         0.0, ge=0, le=1, description="Share of each group's rollouts whose plan skeleton (worker "
         "ids and access values) is drawn uniformly at random, distinct within the group; the "

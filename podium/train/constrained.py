@@ -96,8 +96,9 @@ class ConstrainedRollout:
 
     def __init__(self, grammars: Grammars, tokenizer: Any, rows: list[dict[str, Any]],
                  credit: str = "all", explore: float = 0.0, seed: int = 0,
-                 explore_plans: str = "live") -> None:
+                 explore_plans: str = "live", subtask_weight: float = 1.0) -> None:
         self.grammars, self.tokenizer, self.credit = grammars, tokenizer, credit
+        self.subtask_weight = subtask_weight if credit == "live" else 0.0
         self.rows = {row["prompt"]: row for row in rows}
         self.explore, self.rng = explore, random.Random(seed)
         self.live_plans = explore_plans == "live"
@@ -124,6 +125,6 @@ class ConstrainedRollout:
         if self.explore:  # forwarded to the reward, which logs the two kinds apart
             out["podium_explored"] = [sk is not None for sk in skeletons]
         if self.credit != "all":  # TRL leaves tokens with env_mask 0 out of the loss
-            out["env_mask"] = [live_mask(self.tokenizer, c, subtasks=self.credit == "live")
+            out["env_mask"] = [live_mask(self.tokenizer, c, self.subtask_weight)
                                for c in completions]
         return out

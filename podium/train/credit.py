@@ -17,6 +17,11 @@ mask is read from the completion's text, which the Conductor's grammar holds to
 with each access entry [] or "all", so it needs `[grpo] constrained = true`. A completion that
 does not read as that (never, under the grammar) is left whole.
 
+With `[grpo] subtask_weight = w` (live credit) a live step's subtask tokens count w times
+as much as the plan's tokens (TRL averages the loss over the weights, so a fractional
+`env_mask` is a weight): a plan is a few tokens among some thirty of subtask text, and at w = 1
+the subtasks' gradients drown the ids' in a subtask-mode gym run (docs/gym.md, runs S1–S3).
+
 With `[grpo] credit = "plan"`, the subtask texts of every step are left out too, so the loss
 is on the plan's decisions alone (ids, access values, the number of steps). It is for pools
 whose workers read the original question, not the subtask (the gym's question mode): there a
@@ -71,9 +76,11 @@ def dead_steps(dependencies: Sequence[Sequence[int]]) -> set[int]:
     return set(range(len(dependencies))) - live
 
 
-def live_mask(tokenizer: Any, completion_ids: Sequence[int], subtasks: bool = True) -> list[int]:
-    """1 for each token that keeps the rollout's advantage, 0 for a token that overlaps a
-    dead step's id, subtask or access entry (or, with `subtasks=False`, any step's subtask)."""
+def live_mask(tokenizer: Any, completion_ids: Sequence[int],
+              subtask_weight: float = 1.0) -> list[float]:
+    """Each token's weight in the loss: 0 for a token that overlaps a dead step's id, subtask
+    or access entry, `subtask_weight` for one in a live step's subtask (0: plan credit), 1
+    otherwise."""
     ids = list(completion_ids)
     ends = [len(tokenizer.decode(ids[:k + 1], skip_special_tokens=True))
             for k in range(len(ids))]
@@ -81,11 +88,11 @@ def live_mask(tokenizer: Any, completion_ids: Sequence[int], subtasks: bool = Tr
     if found is None:
         return [1] * len(ids)
     spans, dependencies = found
-    dead = [span for i in dead_steps(dependencies) for span in spans[i]]
-    if not subtasks:
-        dead += [step[1] for step in spans]
+    gone = dead_steps(dependencies)
+    weighted = [(a, b, 0) for i in gone for a, b in spans[i]]
+    weighted += [(*spans[i][1], subtask_weight) for i in range(len(spans)) if i not in gone]
     mask, begin = [], 0
     for end in ends:
-        mask.append(0 if any(begin < b and a < end for a, b in dead) else 1)
+        mask.append(min((w for a, b, w in weighted if begin < b and a < end), default=1))
         begin = end
     return mask

@@ -189,7 +189,7 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
     elif grammars is not None:
         rollout = ConstrainedRollout(grammars, tokenizer, rows, config.grpo.credit,
                                      config.grpo.explore, config.grpo.seed,
-                                     config.grpo.explore_plans)
+                                     config.grpo.explore_plans, config.grpo.subtask_weight)
     if rollout is not None:  # TRL's rollout_func is marked experimental; podium pins its TRL
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     quiet_unscorable_warning()

@@ -63,15 +63,27 @@ def test_the_mask_leaves_out_exactly_the_dead_step(tokenizer):
 def test_plan_credit_also_leaves_out_every_subtask(tokenizer):
     text = '2, 0]\nsubtasks = ["Count letters", "Add numbers"]\naccess_list = [[], "all"]'
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    mask = live_mask(tokenizer, ids, subtasks=False)
+    mask = live_mask(tokenizer, ids, 0)
     kept = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
     assert "Count" not in kept and "numbers" not in kept
     assert kept.startswith("2, 0]") and 'access_list = [[], "all"]' in kept
     dead_step = text.replace('"all"]', "[]]")  # step 0 is dead: its id goes too
     ids = tokenizer(dead_step, add_special_tokens=False)["input_ids"]
-    kept = tokenizer.decode([t for t, m in zip(ids, live_mask(tokenizer, ids, subtasks=False),
+    kept = tokenizer.decode([t for t, m in zip(ids, live_mask(tokenizer, ids, 0),
                                                   strict=True) if m])
     assert "2" not in kept and "Count" not in kept and "Add" not in kept and "0]" in kept
+
+
+def test_a_subtask_weight_scales_only_the_live_subtasks(tokenizer):
+    text = '2, 0]\nsubtasks = ["Count letters", "Add numbers"]\naccess_list = [[], []]'
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    mask = live_mask(tokenizer, ids, 0.25)
+    by_weight = {w: tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m == w])
+                 for w in set(mask)}
+    assert set(by_weight) == {0, 0.25, 1}
+    assert "Count" in by_weight[0] and "2" in by_weight[0]  # the dead first step
+    assert "numbers" in by_weight[0.25] and "Count" not in by_weight[0.25]
+    assert "0]" in by_weight[1] and "access_list" in by_weight[1]
 
 
 @pytest.mark.parametrize(("mask_value", "moves"), [(0, False), (1, True)])
