@@ -19,8 +19,9 @@ does not read as that (never, under the grammar) is left whole.
 
 With `[grpo] subtask_weight = w` (live credit) a live step's subtask tokens count w times
 as much as the plan's tokens (TRL averages the loss over the weights, so a fractional
-`env_mask` is a weight): a plan is a few tokens among some thirty of subtask text, and at w = 1
-the subtasks' gradients drown the ids' in a subtask-mode gym run (docs/gym.md, runs S1–S3).
+`env_mask` is a weight): for workers that read only their subtask, where a plan is a few
+tokens among some thirty of subtask text that the reward also depends on. Measured once on the
+gym's subtask mode (docs/gym.md, run S3), w = 0.25 did worse than w = 1.
 
 With `[grpo] credit = "plan"`, the subtask texts of every step are left out too, so the loss
 is on the plan's decisions alone (ids, access values, the number of steps). It is for pools
