@@ -231,6 +231,10 @@ class TrainConfig(_Section):
         if self.grpo.credit != "all" and self.recursion.fraction:
             raise ValueError(f"grpo.credit = {self.grpo.credit!r} is for single-round training: "
                              "set recursion.fraction = 0 or grpo.credit = 'all'")
+        if self.grpo.subtask_weight != 1 and self.grpo.credit != "live":
+            raise ValueError(f"grpo.subtask_weight weighs the subtasks of live steps, which only "
+                             f"credit = 'live' keeps apart (credit is {self.grpo.credit!r}): set "
+                             "grpo.credit = 'live' or leave subtask_weight at 1")
         if self.grpo.explore and not self.grpo.constrained:
             raise ValueError("grpo.explore draws plans through the Conductor's grammar: set "
                              "grpo.constrained = true too")

@@ -86,11 +86,11 @@ def test_a_subtask_weight_scales_only_the_live_subtasks(tokenizer):
     assert "0]" in by_weight[1] and "access_list" in by_weight[1]
 
 
-@pytest.mark.parametrize(("mask_value", "moves"), [(0, False), (1, True)])
+@pytest.mark.parametrize(("mask_value", "moves"), [(0, False), (1, True), (0.5, True)])
 def test_trl_leaves_masked_tokens_out_of_the_loss(tmp_path, monkeypatch, mask_value, moves):
     """The contract credit = "live" relies on: an `env_mask` of 0 from the rollout function
     takes a token out of TRL's loss (all masked: nothing moves; none masked: the policy
-    moves)."""
+    moves), and a fractional one (`subtask_weight`) is kept as a weight, not cast to 0."""
     import torch
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -136,3 +136,17 @@ def test_step_credit_needs_grammar_held_single_round_rollouts(credit):
     ok = train_config_from_dict({**base, "grpo": {"credit": credit, "constrained": True}})
     assert ok.grpo.credit == credit
 
+
+
+def test_a_subtask_weight_needs_live_credit():
+    from podium.errors import ConfigError
+    from podium.train.config import train_config_from_dict
+
+    base = {"data": {"tasks": [{"name": "gsm8k"}]}}
+    for credit in ("all", "plan"):
+        with pytest.raises(ConfigError, match="grpo.credit = 'live'"):
+            train_config_from_dict({**base, "grpo": {"credit": credit, "constrained": True,
+                                                     "subtask_weight": 0.5}})
+    ok = train_config_from_dict({**base, "grpo": {"credit": "live", "constrained": True,
+                                                  "subtask_weight": 0.5}})
+    assert ok.grpo.subtask_weight == 0.5
