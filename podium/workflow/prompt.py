@@ -290,13 +290,9 @@ response is the answer; a step that uses an earlier result must have "all".""" \
 
 # compact-defined for workers that read only their own subtask, not the question (the gym's
 # subtask mode): the Conductor is told so, and that the subtask must carry the operands
-_TEMPLATE_COMPACT_SUBTASK = """\
-Answer the question with a team of models, in at most {max_steps} steps. Write three lists: \
-model_id (which model does each step), subtasks (what each step does) and access_list (what \
-each step sees: "all" = the responses of the earlier steps, [] = nothing). A model does not \
-see the question, only its own subtask: copy into the subtask what its step needs from the \
-question. The last step's response is the answer; a step that uses an earlier result must \
-have "all".""" + _QUESTION_AND_MODELS
+_TEMPLATE_COMPACT_SUBTASK = _TEMPLATE_COMPACT_DEFINED.replace(
+    " The last step's", " A model does not see the question, only its own subtask: copy into "
+    "the subtask what its step needs from the question. The last step's", 1)
 
 
 def _v1_with(name: str, template: str, prefill: str) -> ConductorPrompt:

@@ -432,3 +432,12 @@ def test_limit_below_the_prompt_keeps_a_minimum() -> None:
     assert user.count(head) == user.count(tail) == MIN_ANSWER_CHARS // 2
     with pytest.raises(ConfigError, match="max_prompt_tokens"):
         recursion_messages(root, COMPLETION, answer, max_prompt_tokens=0)
+
+
+def test_compact_subtask_is_compact_defined_telling_what_a_worker_sees() -> None:
+    defined, subtask = get_prompt("compact-defined"), get_prompt("compact-subtask")
+    assert "A model does not see the question, only its own subtask" in subtask.template
+    assert subtask.template.replace(
+        " A model does not see the question, only its own subtask: copy into the subtask what "
+        "its step needs from the question.", "") == defined.template
+    assert subtask.prefill == defined.prefill
