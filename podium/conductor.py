@@ -33,16 +33,19 @@ def _prefill(messages: list[Message] | None) -> str:
 
 
 def grammar_for(view: PoolView, settings: RunSettings, revise: bool = False,
-                skeleton: tuple[tuple[int, ...], tuple[str, ...]] | None = None) -> str:
+                skeleton: tuple[tuple[int, ...], tuple[str, ...]] | None = None,
+                subtasks: tuple[str, ...] | None = None) -> str:
     """The grammar a constrained Conductor writes under: the ids of `view`, the step limit,
     three empty lists allowed in a recursion round (`revise`), and no reasoning when the
     prompt's prefill already opened the lists (the compact prompt); a `skeleton` (ids and
-    access values) holds it to that one plan (training's exploration rollouts)."""
+    access values) holds it to that one plan (training's exploration rollouts), and
+    `subtasks` also to those instructions."""
     opened = not revise and get_prompt(settings.prompt).prefill.rstrip().endswith(OPENING)
     return workflow_grammar(view.shown_ids, settings.max_steps, allow_empty=revise,
                             opened=opened, max_subtask_chars=settings.max_subtask_chars,
                             max_reason_chars=settings.max_reason_chars,
-                            max_reason_lines=settings.max_reason_lines, skeleton=skeleton)
+                            max_reason_lines=settings.max_reason_lines, skeleton=skeleton,
+                            subtasks=subtasks)
 
 
 def plan_messages(question: str, view: PoolView, settings: RunSettings) -> list[Message]:

@@ -168,11 +168,16 @@ class GRPOSection(_Section):
     explore: float = Field(
         0.0, ge=0, le=1, description="Share of each group's rollouts whose plan skeleton (worker "
         "ids and access values) is drawn uniformly at random, distinct within the group; the "
-        "subtasks stay the policy's (podium.train.explore; needs constrained = true).")
+        "subtasks stay the policy's unless explore_subtasks says otherwise "
+        "(podium.train.explore; needs constrained = true).")
     explore_plans: Literal["live", "all"] = Field(
         "live", description="Which skeletons explore draws: live = only plans whose every step "
         "reaches the answer (a plan of two steps or more ends with \"all\"); all = every "
         "skeleton, a last step that sees nothing included.")
+    explore_subtasks: Literal["policy", "question"] = Field(
+        "policy", description="The subtasks of the rollouts explore draws: policy = the "
+        "policy's own; question = the question itself at every step (for workers that read "
+        "only their subtask, podium.train.explore).")
     explore_wrong: Literal["keep", "drop"] = Field(
         "drop", description="An explored rollout whose answer is wrong: keep = scored like "
         "any other; drop = unscorable, left out of its group's baseline and the loss, so "
@@ -238,6 +243,10 @@ class TrainConfig(_Section):
         if self.grpo.explore and not self.grpo.constrained:
             raise ValueError("grpo.explore draws plans through the Conductor's grammar: set "
                              "grpo.constrained = true too")
+        if self.grpo.explore_subtasks != "policy" and not self.grpo.explore:
+            raise ValueError("grpo.explore_subtasks sets the subtasks of explored rollouts, and "
+                             "grpo.explore is 0: set grpo.explore (e.g. 0.5) or leave "
+                             "explore_subtasks at 'policy'")
         if self.grpo.explore and self.recursion.fraction:
             raise ValueError("grpo.explore is for single-round training: set "
                              "recursion.fraction = 0 or grpo.explore = 0")

@@ -12,7 +12,8 @@ Conductor runs under the same grammar at inference (`constrained = true` in the 
 `[grpo] credit = "live"` the rollout also hands TRL an `env_mask` that leaves the tokens of
 steps the answer cannot depend on out of the loss (`podium.train.credit`). With
 `[grpo] explore`, a share of each group is sampled under a grammar that holds the plan's ids
-and access values to a skeleton drawn at random (`podium.train.explore`).
+and access values to a skeleton drawn at random (`podium.train.explore`), and with
+`[grpo] explore_subtasks = "question"` its subtasks to the question.
 
 Generation goes through TRL's model unwrapping, so it works wherever TRL's own transformers
 generation does; with vLLM use TRL's structured outputs instead.
@@ -29,7 +30,7 @@ from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
 from podium.train.credit import live_mask
 from podium.train.data import view_of
-from podium.train.explore import Skeleton, draw_skeletons, explored_indices
+from podium.train.explore import Skeleton, draw_skeletons, explored_indices, question_subtask
 
 
 class Grammars:
@@ -49,10 +50,11 @@ class Grammars:
         self.compiled = lru_cache(maxsize=1024)(self._compile)
 
     def _compile(self, workers: tuple[int, ...], revise: bool,
-                 skeleton: Skeleton | None = None) -> Any:
+                 skeleton: Skeleton | None = None,
+                 subtasks: tuple[str, ...] | None = None) -> Any:
         view = view_of(self.pool, self.settings, list(workers))
         return self._compiler.compile_grammar(grammar_for(view, self.settings, revise,
-                                                          skeleton))
+                                                          skeleton, subtasks))
 
     def shown_ids(self, workers: tuple[int, ...]) -> list[int]:
         """The ids a row's Conductor sees (what a skeleton may hold)."""
@@ -96,12 +98,14 @@ class ConstrainedRollout:
 
     def __init__(self, grammars: Grammars, tokenizer: Any, rows: list[dict[str, Any]],
                  credit: str = "all", explore: float = 0.0, seed: int = 0,
-                 explore_plans: str = "live", subtask_weight: float = 1.0) -> None:
+                 explore_plans: str = "live", subtask_weight: float = 1.0,
+                 explore_subtasks: str = "policy") -> None:
         self.grammars, self.tokenizer, self.credit = grammars, tokenizer, credit
         self.subtask_weight = subtask_weight if credit == "live" else 0.0
         self.rows = {row["prompt"]: row for row in rows}
         self.explore, self.rng = explore, random.Random(seed)
         self.live_plans = explore_plans == "live"
+        self.question_subtasks = explore_subtasks == "question"
 
     def skeletons(self, prompts: list[str]) -> list[Skeleton | None]:
         """Per rollout, the skeleton it explores, or None for a rollout of the policy's own."""
@@ -115,10 +119,20 @@ class ConstrainedRollout:
                 out[i] = skeleton
         return out
 
+    def subtasks(self, prompt: str, skeleton: Skeleton | None) -> tuple[str, ...] | None:
+        """The subtasks an explored rollout is held to (the question at every step, with
+        `explore_subtasks = "question"`), or None: the policy writes its own."""
+        if skeleton is None or not self.question_subtasks:
+            return None
+        text = question_subtask(self.rows[prompt]["question"],
+                                self.grammars.settings.max_subtask_chars)
+        return (text,) * len(skeleton[0])
+
     def __call__(self, prompts: list[str], trainer: Any) -> dict[str, Any]:
         ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         skeletons = self.skeletons(prompts)
-        grammars = [self.grammars.compiled(tuple(self.rows[p]["workers"]), False, sk)
+        grammars = [self.grammars.compiled(tuple(self.rows[p]["workers"]), False, sk,
+                                           self.subtasks(p, sk))
                     for p, sk in zip(prompts, skeletons, strict=True)]
         completions, logprobs = generate(trainer, ids, grammars, self.grammars.processor)
         out = {"prompt_ids": ids, "completion_ids": completions, "logprobs": logprobs}

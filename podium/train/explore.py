@@ -25,6 +25,14 @@ the answer, so a plan with one is a shorter plan with a wasted call. On the gym 
 skeletons (3 one-step plans, 9 id pairs whose second step sees the first), and the chained
 question's plan is drawn about once in 12 / (f x G) groups; `"all"` draws from all 21.
 
+With `[grpo] explore_subtasks = "question"` the drawn plans' subtasks are held too: every step
+gets the question itself (`question_subtask`: its first lines, as much as fits in
+`max_subtask_chars`), the instruction that makes a worker who sees only its subtask behave as
+one who sees the question. That is for workers that read only their subtask (the gym's subtask
+mode): there a drawn plan pays only if its subtasks also carry the operands, which the untrained
+policy rarely writes (the reverse family of docs/gym.md, runs S1-S2); a right drawn plan then
+teaches the plan and the copying together. The policy's own rollouts still write their own.
+
 Skeletons are uniform over plans, not over lengths: with many ids and steps most drawn plans
 are long. The draw is seeded (`[grpo] seed`), so a run repeats.
 """
@@ -32,6 +40,7 @@ are long. The draw is seeded (`[grpo] seed`), so a run repeats.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 
 Skeleton = tuple[tuple[int, ...], tuple[str, ...]]
@@ -77,3 +86,26 @@ def explored_indices(prompts: Sequence[str], share: float) -> dict[str, list[int
     for i, p in enumerate(prompts):
         groups.setdefault(p, []).append(i)
     return {p: idx[:explored_count(share, len(idx))] for p, idx in groups.items()}
+
+
+_NOT_IN_A_SUBTASK = re.compile(r'["\\:=“”‘’`]')  # what the grammar's subtask string excludes
+
+
+def question_subtask(question: str, max_chars: int) -> str:
+    """`question` as a subtask the workflow grammar admits: its lines joined while they fit in
+    `max_chars` (the first one cut at a word if even it does not), the characters a subtask
+    may not hold dropped, a capital first, padded to the grammar's 10 characters."""
+    lines = [_NOT_IN_A_SUBTASK.sub("", x).strip() for x in question.splitlines()]
+    lines = [x for x in lines if x]
+    text = lines[0] if lines else "Answer it"
+    for line in lines[1:]:
+        if len(text) + 1 + len(line) > max_chars:
+            break
+        text += " " + line
+    if len(text) > max_chars:  # cut at the last whole word that fits
+        cut = text[:max_chars]
+        text = cut.rsplit(" ", 1)[0] if " " in cut and text[max_chars] != " " else cut
+    text = text[:1].upper() + text[1:]
+    if not re.match("[A-Z]", text):
+        text = ("Q " + text)[:max_chars]
+    return text.rstrip().ljust(10, ".")

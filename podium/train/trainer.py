@@ -189,7 +189,8 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
     elif grammars is not None:
         rollout = ConstrainedRollout(grammars, tokenizer, rows, config.grpo.credit,
                                      config.grpo.explore, config.grpo.seed,
-                                     config.grpo.explore_plans, config.grpo.subtask_weight)
+                                     config.grpo.explore_plans, config.grpo.subtask_weight,
+                                     config.grpo.explore_subtasks)
     if rollout is not None:  # TRL's rollout_func is marked experimental; podium pins its TRL
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     quiet_unscorable_warning()
@@ -267,6 +268,7 @@ def describe(plan: Plan) -> list[str]:
         + (", dead steps and subtasks left out of the loss" if g.credit == "plan" else "")
         + (f", {explored_count(g.explore, g.generations)} of {g.generations} rollouts a group on "
            f"random {'live ' if g.explore_plans == 'live' else ''}plans "
+           f"{'with the question as subtasks ' if g.explore_subtasks == 'question' else ''}"
            f"({'wrong ones dropped' if g.explore_wrong == 'drop' else 'all scored'})"
            if g.explore else ""),
         f"output      {c.output.dir} (checkpoints every {g.save_steps} steps)",

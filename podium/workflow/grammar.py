@@ -22,6 +22,8 @@ When the prompt's prefill already opens the lists (the compact prompt's ``model_
 `skeleton=(ids, access)` holds the workflow to one plan (its worker ids and access values,
 e.g. ``((2, 0), ("[]", "all"))``) and leaves only the reasoning and the subtasks free: the
 exploration rollouts of training (`[grpo] explore`, `podium.train.explore`) are sampled so.
+With `subtasks` as well, one per step, the subtasks are literals too
+(`[grpo] explore_subtasks = "question"`).
 """
 
 from __future__ import annotations
@@ -41,9 +43,12 @@ def workflow_grammar(
     max_reason_lines: int = 3,
     opened: bool = False,
     skeleton: tuple[Sequence[int], Sequence[str]] | None = None,
+    subtasks: Sequence[str] | None = None,
 ) -> str:
     if not worker_ids:
         raise ValueError("the grammar needs at least one worker id")
+    if subtasks is not None and skeleton is None:
+        raise ValueError("literal subtasks need a skeleton (the plan they belong to)")
     if max_steps < 1:
         raise ValueError("max_steps must be at least 1")
     alternatives = [f"wf{n}" for n in range(1, max_steps + 1)]
@@ -65,7 +70,8 @@ def workflow_grammar(
     head = "" if opened else '"model_id = [" '
     if skeleton is not None:  # one plan: the ids and access values are literals
         ids, access = _literal_plan(skeleton, worker_ids, max_steps, allow_empty)
-        strs = ' ", " '.join(["str"] * len(skeleton[0]))
+        strs = ' ", " '.join(["str"] * len(skeleton[0]) if subtasks is None
+                             else _literal_subtasks(subtasks, len(skeleton[0])))
         at = next(i for i, r in enumerate(rules) if r.startswith("workflow ::="))
         rules[at] = (f'workflow ::= {head}"{ids}]\\nsubtasks = [" {strs} '
                      f'"]\\naccess_list = [{access}]"')
@@ -96,3 +102,11 @@ def _literal_plan(skeleton: tuple[Sequence[int], Sequence[str]], worker_ids: Seq
                          f"outside a recursion round), not {access}")
     accs = ", ".join("[]" if a == "[]" else '\\"all\\"' for a in access)
     return ", ".join(str(i) for i in ids), accs
+
+
+def _literal_subtasks(subtasks: Sequence[str], steps: int) -> list[str]:
+    """A fixed plan's subtasks as GBNF literals (each with its JSON quotes)."""
+    if len(subtasks) != steps or any(not s or set(s) & set('"\\\n') for s in subtasks):
+        raise ValueError(f"literal subtasks are {steps} non-empty strings without a quote, "
+                         f"backslash or newline, not {list(subtasks)}")
+    return [f'"\\"{s}\\""' for s in subtasks]

@@ -19,6 +19,7 @@ from podium.config import load_pool
 from podium.outcome import grade_outcome
 from podium.pipeline import Pipeline
 from podium.tasks import get_task
+from podium.train.explore import question_subtask
 from podium.train.gym import (
     CHAINED,
     FAMILIES,
@@ -146,9 +147,11 @@ def test_the_gym_pool_files_and_an_eval_on_the_gym(tmp_path):
 
 def test_a_grammar_held_gym_run_and_its_conductor_under_the_same_grammar(tmp_path, monkeypatch):
     """One GRPO step on the gym with rollouts held to the workflow grammar, half of them on
-    plans drawn at random (`grpo.explore`): every rollout is a valid workflow, the explored
-    ones on distinct plans; the checkpoint's card says so, and `--conductor` runs it under the
-    grammar too, so its answer to a held-out question is a valid workflow as well."""
+    plans drawn at random (`grpo.explore`) with the question as their subtasks
+    (`grpo.explore_subtasks`): every rollout is a valid workflow, the explored ones on distinct
+    plans with the question (cut to the recipe's 12 characters) at every step; the
+    checkpoint's card says so, and `--conductor` runs it under the grammar too, so its answer
+    to a held-out question is a valid workflow as well."""
     pytest.importorskip("trl")
     from typer.testing import CliRunner
 
@@ -159,7 +162,8 @@ def test_a_grammar_held_gym_run_and_its_conductor_under_the_same_grammar(tmp_pat
     args = ["train", "--config", str(ROOT / "configs" / "train" / "gym-cpu.toml"),
             "--set", "grpo.max_steps=1", "--set", "grpo.generations=4",
             "--set", "grpo.questions_per_step=1", "--set", f"output.dir={out}",
-            "--set", "grpo.explore=0.5", "--set", "output.transcripts_per_step=4"]
+            "--set", "grpo.explore=0.5", "--set", "grpo.explore_subtasks=question",
+            "--set", "output.transcripts_per_step=4"]
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     (logged,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()
@@ -170,6 +174,11 @@ def test_a_grammar_held_gym_run_and_its_conductor_under_the_same_grammar(tmp_pat
     plans = [tuple((s["worker_id"], str(s["access"])) for s in r["workflow"])
              for r in rollouts if r.get("explored")]
     assert len(rollouts) == 4 and len(set(plans)) == len(plans) == 2
+    for r in rollouts:
+        if r.get("explored"):
+            asked = r["prompt"][-2]["content"].split("Question: ", 1)[1]
+            held = question_subtask(asked.split("\n\nModels:")[0], 12)
+            assert [s["subtask"] for s in r["workflow"]] == [held] * len(r["workflow"])
     card = json.loads((out / "final" / "podium-conductor.json").read_text())
     assert card["constrained"] is True and card["run"]["max_subtask_chars"] == 12
     question = TASK.items("test")[1].question

@@ -106,3 +106,18 @@ def test_a_skeleton_holds_the_ids_and_access_and_leaves_the_subtasks_free():
                 ((0, 1), ("[]",))):
         with pytest.raises(ValueError, match="skeleton"):
             workflow_grammar([0, 1, 2], 2, skeleton=bad)
+
+
+def test_a_skeleton_with_subtasks_holds_them_too():
+    """`explore_subtasks = "question"`: the drawn plan's subtasks are literals as well."""
+    held = workflow_grammar([0, 1, 2], 2, opened=True, skeleton=((2, 0), ("[]", "all")),
+                            subtasks=["Count the 'a'", "What is 3 + 4?"])
+    plan = '2, 0]\nsubtasks = ["{}", "{}"]\naccess_list = [[], "all"]'
+    assert accepts(held, plan.format("Count the 'a'", "What is 3 + 4?"))
+    assert not accepts(held, plan.format("Count the 'b'", "What is 3 + 4?"))
+    assert not accepts(held, plan.format("What is 3 + 4?", "Count the 'a'"))
+    with pytest.raises(ValueError, match="need a skeleton"):
+        workflow_grammar([0, 1], 2, subtasks=["Do it all now"])
+    for bad in (["Only one"], ["Say \"hi\"", "Fine it is"], ["Two\nlines", "Fine it is"]):
+        with pytest.raises(ValueError, match="literal subtasks"):
+            workflow_grammar([0, 1, 2], 2, skeleton=((2, 0), ("[]", "all")), subtasks=bad)
