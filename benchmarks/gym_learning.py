@@ -8,8 +8,9 @@ time (held-out evaluation is not counted in it). Next to the curves, on the same
 items: the best single worker, a random-routing Conductor (a uniformly random valid workflow:
 length, workers and access; its exact expected accuracy where there are few such workflows),
 both with the question as every step's subtask (so that in subtask mode too they route
-without having to write an instruction), and the untrained Conductor (step 0). The held-out items are the first `--held-out` of the
-gym's held-out split, where the families take turns: each family equally often.
+without having to write an instruction), and the untrained Conductor (step 0). The held-out
+items are the first `--held-out` of the gym's held-out split, where the families take turns:
+each family equally often.
 
 The training settings are configs/train/gym-cpu.toml's (`--set` overrides them); the gym here:
 the families `--families` (default arithmetic, reverse and count>arithmetic: three specialists,
