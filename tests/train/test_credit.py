@@ -137,7 +137,6 @@ def test_step_credit_needs_grammar_held_single_round_rollouts(credit):
     assert ok.grpo.credit == credit
 
 
-
 def test_a_subtask_weight_needs_live_credit():
     from podium.errors import ConfigError
     from podium.train.config import train_config_from_dict

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from podium.train.explore import count_skeletons, draw_skeletons, explored_indices, question_subtask
+from podium.train.explore import count_skeletons, draw_skeletons, explored_indices
 
 
 def test_every_skeleton_is_drawn_once_before_any_repeats():
@@ -69,31 +69,3 @@ def test_exploring_needs_grammar_held_single_round_rollouts():
     with pytest.raises(ConfigError, match="set grpo.explore"):
         train_config_from_dict({**base, "grpo": {"explore_subtasks": "question"}})
 
-
-def test_the_question_as_a_subtask_fits_the_grammar():
-    """`explore_subtasks = "question"`: the question's lines while they fit, nothing the
-    subtask string excludes, a capital first, at least the grammar's 10 characters."""
-    from podium.workflow.grammar import workflow_grammar
-
-    xgr = pytest.importorskip("xgrammar")
-    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo([chr(c) for c in range(32, 127)] + ["\n"]))
-
-    def accepts(grammar: str, text: str) -> bool:  # byte-level, as in workflow/test_grammar
-        matcher = xgr.GrammarMatcher(compiler.compile_grammar(grammar))
-        return matcher.accept_string(text) and matcher.is_completed()
-
-    gym = "Reverse the word 'eauog'.\nGive the final answer inside <answer></answer>."
-    assert question_subtask(gym, 72) == "Reverse the word 'eauog'."
-    assert question_subtask(gym, 80) == gym.replace("\n", " ")
-    assert question_subtask("What is 3 + 4?", 12) == "What is 3 +"  # cut at a word
-    assert question_subtask("Abcdefghijklmnop", 12) == "Abcdefghijkl"  # no word to cut at
-    assert question_subtask('ratio: "a=b"\n', 72) == "Ratio ab.."
-    assert question_subtask("\n 3 apples?", 72) == "Q 3 apples?"
-    texts = [question_subtask(q, 24) for q in (gym, 'x: "y" = `z`\\ “w”', "", "é voilà")]
-    grammar = workflow_grammar([0, 1], 2, max_subtask_chars=24, opened=True,
-                               skeleton=((0, 1), ("[]", "all")), subtasks=texts[:2])
-    assert accepts(grammar, f'0, 1]\nsubtasks = ["{texts[0]}", "{texts[1]}"]\n'
-                            'access_list = [[], "all"]')
-    free = workflow_grammar([0], 1, max_subtask_chars=24, opened=True)
-    for text in texts:  # every one also reads as a subtask the policy could have written
-        assert accepts(free, f'0]\nsubtasks = ["{text}"]\naccess_list = [[]]'), text

@@ -121,3 +121,25 @@ def test_a_skeleton_with_subtasks_holds_them_too():
     for bad in (["Only one"], ["Say \"hi\"", "Fine it is"], ["Two\nlines", "Fine it is"]):
         with pytest.raises(ValueError, match="literal subtasks"):
             workflow_grammar([0, 1, 2], 2, skeleton=((2, 0), ("[]", "all")), subtasks=bad)
+
+
+def test_the_question_as_a_subtask_fits_the_grammar():
+    """`explore_subtasks = "question"`: the question's lines while they fit, nothing the
+    subtask string excludes, a capital first, at least the grammar's 10 characters."""
+    from podium.train.explore import question_subtask
+
+    gym = "Reverse the word 'eauog'.\nGive the final answer inside <answer></answer>."
+    assert question_subtask(gym, 72) == "Reverse the word 'eauog'."
+    assert question_subtask(gym, 80) == gym.replace("\n", " ")
+    assert question_subtask("What is 3 + 4?", 12) == "What is 3 +"  # cut at a word
+    assert question_subtask("Abcdefghijklmnop", 12) == "Abcdefghijkl"  # no word to cut at
+    assert question_subtask('ratio: "a=b"\n', 72) == "Ratio ab.."
+    assert question_subtask("\n 3 apples?", 72) == "Q 3 apples?"
+    texts = [question_subtask(q, 24) for q in (gym, 'x: "y" = `z`\\ “w”', "", "é voilà")]
+    grammar = workflow_grammar([0, 1], 2, max_subtask_chars=24, opened=True,
+                               skeleton=((0, 1), ("[]", "all")), subtasks=texts[:2])
+    assert accepts(grammar, f'0, 1]\nsubtasks = ["{texts[0]}", "{texts[1]}"]\n'
+                            'access_list = [[], "all"]')
+    free = workflow_grammar([0], 1, max_subtask_chars=24, opened=True)
+    for text in texts:  # every one also reads as a subtask the policy could have written
+        assert accepts(free, f'0]\nsubtasks = ["{text}"]\naccess_list = [[]]'), text

@@ -8,9 +8,10 @@ tlimpa", "Count the letter g in bridge"); the plain forms never occur in another
 question, so in question mode they change nothing, and in subtask mode the Conductor must still
 put the question's operands into the subtask. The calculator also continues a chain: "add 150
 to the result" takes the result from the latest earlier step it was shown (a `<response>`
-block, visible only with access "all"). Anywhere else a specialist answers with something of the right shape that is almost
-always wrong (a number, a word, a date derived from the text), never an error or an empty
-reply, so the reward, not a failure, says a worker was the wrong choice.
+block, visible only with access "all"). Anywhere else a specialist answers with something of
+the right shape that is almost always wrong (a number, a word, a date derived from the text),
+never an error or an empty reply, so the reward, not a failure, says a worker was the wrong
+choice.
 
 The pool files (`pool_toml`) name them as `podium.train.gym.specialists:<name>` (question mode)
 or `:<name>_subtask` (subtask mode).
