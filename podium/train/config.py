@@ -178,10 +178,6 @@ class GRPOSection(_Section):
         "policy", description="The subtasks of the rollouts explore draws: policy = the "
         "policy's own; question = the question itself at every step (for workers that read "
         "only their subtask, podium.train.explore).")
-    explore_credit: Literal["same", "plan"] = Field(
-        "same", description="The credit of the rollouts explore draws: same = as credit says; "
-        "plan = only their plan's tokens (ids, access values), for explore_subtasks = question "
-        "with credit = live, where their subtasks are the question, not the policy's writing.")
     explore_wrong: Literal["keep", "drop"] = Field(
         "drop", description="An explored rollout whose answer is wrong: keep = scored like "
         "any other; drop = unscorable, left out of its group's baseline and the loss, so "
@@ -251,13 +247,6 @@ class TrainConfig(_Section):
             raise ValueError("grpo.explore_subtasks sets the subtasks of explored rollouts, and "
                              "grpo.explore is 0: set grpo.explore (e.g. 0.5) or leave "
                              "explore_subtasks at 'policy'")
-        if self.grpo.explore_credit != "same" and (self.grpo.credit != "live"
-                                                   or self.grpo.explore_subtasks != "question"):
-            raise ValueError("grpo.explore_credit = 'plan' leaves out of the loss the question "
-                             "text that explore_subtasks = 'question' writes into drawn plans, "
-                             "which only credit = 'live' would keep: set grpo.credit = 'live' "
-                             "and grpo.explore_subtasks = 'question', or leave explore_credit "
-                             "at 'same'")
         if self.grpo.explore and self.recursion.fraction:
             raise ValueError("grpo.explore is for single-round training: set "
                              "recursion.fraction = 0 or grpo.explore = 0")

@@ -13,8 +13,7 @@ Conductor runs under the same grammar at inference (`constrained = true` in the 
 steps the answer cannot depend on out of the loss (`podium.train.credit`). With
 `[grpo] explore`, a share of each group is sampled under a grammar that holds the plan's ids
 and access values to a skeleton drawn at random (`podium.train.explore`), and with
-`[grpo] explore_subtasks = "question"` its subtasks to the question (with
-`[grpo] explore_credit = "plan"`, only such a rollout's plan takes its advantage).
+`[grpo] explore_subtasks = "question"` its subtasks to the question.
 
 Generation goes through TRL's model unwrapping, so it works wherever TRL's own transformers
 generation does; with vLLM use TRL's structured outputs instead.
@@ -100,14 +99,13 @@ class ConstrainedRollout:
     def __init__(self, grammars: Grammars, tokenizer: Any, rows: list[dict[str, Any]],
                  credit: str = "all", explore: float = 0.0, seed: int = 0,
                  explore_plans: str = "live", subtask_weight: float = 1.0,
-                 explore_subtasks: str = "policy", explore_credit: str = "same") -> None:
+                 explore_subtasks: str = "policy") -> None:
         self.grammars, self.tokenizer, self.credit = grammars, tokenizer, credit
         self.subtask_weight = subtask_weight if credit == "live" else 0.0
         self.rows = {row["prompt"]: row for row in rows}
         self.explore, self.rng = explore, random.Random(seed)
         self.live_plans = explore_plans == "live"
         self.question_subtasks = explore_subtasks == "question"
-        self.explored_weight = 0.0 if explore_credit == "plan" else self.subtask_weight
 
     def skeletons(self, prompts: list[str]) -> list[Skeleton | None]:
         """Per rollout, the skeleton it explores, or None for a rollout of the policy's own."""
@@ -141,13 +139,6 @@ class ConstrainedRollout:
         if self.explore:  # forwarded to the reward, which logs the two kinds apart
             out["podium_explored"] = [sk is not None for sk in skeletons]
         if self.credit != "all":  # TRL leaves tokens with env_mask 0 out of the loss
-            out["env_mask"] = self.env_mask(completions, skeletons)
+            out["env_mask"] = [live_mask(self.tokenizer, c, self.subtask_weight)
+                               for c in completions]
         return out
-
-    def env_mask(self, completions: list[list[int]],
-                 skeletons: list[Skeleton | None]) -> list[list[float]]:
-        """Each rollout's token weights (`podium.train.credit.live_mask`); a drawn plan's
-        subtasks weigh nothing with `explore_credit = "plan"`."""
-        return [live_mask(self.tokenizer, c,
-                          self.subtask_weight if sk is None else self.explored_weight)
-                for c, sk in zip(completions, skeletons, strict=True)]

@@ -32,9 +32,6 @@ one who sees the question. That is for workers that read only their subtask (the
 mode): there a drawn plan pays only if its subtasks also carry the operands, which the untrained
 policy rarely writes (the reverse family of docs/gym.md, runs S1-S2); a right drawn plan then
 teaches the plan and the copying together. The policy's own rollouts still write their own.
-With `[grpo] explore_credit = "plan"` (and live credit) a drawn plan's subtasks are left out of
-the loss (`ConstrainedRollout.env_mask`): it then teaches its plan alone, as under plan credit,
-and the copying is left to the policy's own rollouts.
 
 Skeletons are uniform over plans, not over lengths: with many ids and steps most drawn plans
 are long. The draw is seeded (`[grpo] seed`), so a run repeats.

@@ -190,7 +190,7 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
         rollout = ConstrainedRollout(grammars, tokenizer, rows, config.grpo.credit,
                                      config.grpo.explore, config.grpo.seed,
                                      config.grpo.explore_plans, config.grpo.subtask_weight,
-                                     config.grpo.explore_subtasks, config.grpo.explore_credit)
+                                     config.grpo.explore_subtasks)
     if rollout is not None:  # TRL's rollout_func is marked experimental; podium pins its TRL
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     quiet_unscorable_warning()
@@ -269,7 +269,6 @@ def describe(plan: Plan) -> list[str]:
         + (f", {explored_count(g.explore, g.generations)} of {g.generations} rollouts a group on "
            f"random {'live ' if g.explore_plans == 'live' else ''}plans "
            f"{'with the question as subtasks ' if g.explore_subtasks == 'question' else ''}"
-           f"{'and only their plan in the loss ' if g.explore_credit == 'plan' else ''}"
            f"({'wrong ones dropped' if g.explore_wrong == 'drop' else 'all scored'})"
            if g.explore else ""),
         f"output      {c.output.dir} (checkpoints every {g.save_steps} steps)",

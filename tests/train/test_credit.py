@@ -86,38 +86,6 @@ def test_a_subtask_weight_scales_only_the_live_subtasks(tokenizer):
     assert "0]" in by_weight[1] and "access_list" in by_weight[1]
 
 
-def test_explore_credit_plan_leaves_out_only_the_drawn_plans_subtasks(tokenizer):
-    """`explore_credit = "plan"`: a drawn plan's subtasks (the question, not the policy's
-    writing) weigh nothing; the policy's own rollouts keep live credit."""
-    from podium.train.constrained import ConstrainedRollout
-
-    text = '2, 0]\nsubtasks = ["Count letters", "Add numbers"]\naccess_list = [[], "all"]'
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    drawn = ((2, 0), ("[]", "all"))
-    for explore_credit, drawn_mask in (("same", [1] * len(ids)),
-                                       ("plan", live_mask(tokenizer, ids, 0))):
-        rollout = ConstrainedRollout(None, tokenizer, [], "live", 0.5,
-                                     explore_subtasks="question", explore_credit=explore_credit)
-        own, explored = rollout.env_mask([ids, ids], [None, drawn])
-        assert own == [1] * len(ids) and explored == drawn_mask
-    assert 0 in drawn_mask and 1 in drawn_mask
-
-
-def test_explore_credit_plan_needs_live_credit_and_question_subtasks():
-    from podium.errors import ConfigError
-    from podium.train.config import train_config_from_dict
-
-    base = {"data": {"tasks": [{"name": "gsm8k"}]}}
-    grpo = {"constrained": True, "explore": 0.5, "explore_credit": "plan"}
-    for wrong in ({"credit": "plan", "explore_subtasks": "question"},
-                  {"credit": "live"}):
-        with pytest.raises(ConfigError, match="leave explore_credit at 'same'"):
-            train_config_from_dict({**base, "grpo": {**grpo, **wrong}})
-    ok = train_config_from_dict({**base, "grpo": {**grpo, "credit": "live",
-                                                  "explore_subtasks": "question"}})
-    assert ok.grpo.explore_credit == "plan"
-
-
 @pytest.mark.parametrize(("mask_value", "moves"), [(0, False), (1, True), (0.5, True)])
 def test_trl_leaves_masked_tokens_out_of_the_loss(tmp_path, monkeypatch, mask_value, moves):
     """The contract credit = "live" relies on: an `env_mask` of 0 from the rollout function

@@ -148,9 +148,8 @@ def test_the_gym_pool_files_and_an_eval_on_the_gym(tmp_path):
 def test_a_grammar_held_gym_run_and_its_conductor_under_the_same_grammar(tmp_path, monkeypatch):
     """One GRPO step on the gym with rollouts held to the workflow grammar, half of them on
     plans drawn at random (`grpo.explore`) with the question as their subtasks
-    (`grpo.explore_subtasks`) and only their plan in the loss (`grpo.explore_credit`): every
-    rollout is a valid workflow, the explored ones on distinct plans with the question (cut
-    to the recipe's 12 characters) at every step; the
+    (`grpo.explore_subtasks`): every rollout is a valid workflow, the explored ones on distinct
+    plans with the question (cut to the recipe's 12 characters) at every step; the
     checkpoint's card says so, and `--conductor` runs it under the grammar too, so its answer
     to a held-out question is a valid workflow as well."""
     pytest.importorskip("trl")
@@ -164,7 +163,6 @@ def test_a_grammar_held_gym_run_and_its_conductor_under_the_same_grammar(tmp_pat
             "--set", "grpo.max_steps=1", "--set", "grpo.generations=4",
             "--set", "grpo.questions_per_step=1", "--set", f"output.dir={out}",
             "--set", "grpo.explore=0.5", "--set", "grpo.explore_subtasks=question",
-            "--set", "grpo.credit=live", "--set", "grpo.explore_credit=plan",
             "--set", "output.transcripts_per_step=4"]
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
