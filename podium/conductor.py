@@ -18,7 +18,7 @@ from podium.errors import WorkerError, WorkflowParseError
 from podium.llm.base import ChatClient, Message
 from podium.outcome import INTERNAL
 from podium.subpool import PoolView
-from podium.workflow.grammar import OPENING, workflow_grammar
+from podium.workflow.grammar import OPENING, fixed_workflow, workflow_grammar
 from podium.workflow.parse import parse_workflow
 from podium.workflow.prompt import conductor_messages, get_prompt, recursion_messages
 from podium.workflow.types import Workflow
@@ -40,12 +40,24 @@ def grammar_for(view: PoolView, settings: RunSettings, revise: bool = False,
     prompt's prefill already opened the lists (the compact prompt); a `skeleton` (ids and
     access values) holds it to that one plan (training's exploration rollouts), and
     `subtasks` also to those instructions."""
-    opened = not revise and get_prompt(settings.prompt).prefill.rstrip().endswith(OPENING)
+    opened = not revise and _opens_lists(settings)
     return workflow_grammar(view.shown_ids, settings.max_steps, allow_empty=revise,
                             opened=opened, max_subtask_chars=settings.max_subtask_chars,
                             max_reason_chars=settings.max_reason_chars,
                             max_reason_lines=settings.max_reason_lines, skeleton=skeleton,
                             subtasks=subtasks)
+
+
+def fixed_completion(settings: RunSettings, skeleton: tuple[tuple[int, ...], tuple[str, ...]],
+                     subtasks: tuple[str, ...]) -> str | None:
+    """The one completion `grammar_for(view, settings, False, skeleton, subtasks)` admits, or
+    None when the prompt's prefill does not open the lists (reasoning is then free)."""
+    return fixed_workflow(skeleton, subtasks) if _opens_lists(settings) else None
+
+
+def _opens_lists(settings: RunSettings) -> bool:
+    """Whether the prompt's prefill already opens the lists (the compact prompts)."""
+    return get_prompt(settings.prompt).prefill.rstrip().endswith(OPENING)
 
 
 def plan_messages(question: str, view: PoolView, settings: RunSettings) -> list[Message]:

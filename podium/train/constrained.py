@@ -13,7 +13,10 @@ Conductor runs under the same grammar at inference (`constrained = true` in the 
 steps the answer cannot depend on out of the loss (`podium.train.credit`). With
 `[grpo] explore`, a share of each group is sampled under a grammar that holds the plan's ids
 and access values to a skeleton drawn at random (`podium.train.explore`), and with
-`[grpo] explore_subtasks = "question"` its subtasks to the question.
+`[grpo] explore_subtasks = "question"` its subtasks to the question. Such a rollout, after a
+prefill that opens the lists, has one text its grammar admits: it is written (tokenized as the
+tokenizer splits it, with the end token) rather than sampled token by token, which on the
+gym's subtask mode is half of each group and its longest completions (docs/gym.md).
 
 Generation goes through TRL's model unwrapping, so it works wherever TRL's own transformers
 generation does; with vLLM use TRL's structured outputs instead.
@@ -25,7 +28,7 @@ import random
 from functools import lru_cache
 from typing import Any
 
-from podium.conductor import grammar_for
+from podium.conductor import fixed_completion, grammar_for
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
 from podium.train.credit import live_mask
@@ -128,14 +131,36 @@ class ConstrainedRollout:
                                 self.grammars.settings.max_subtask_chars)
         return (text,) * len(skeleton[0])
 
+    def written(self, prompt: str, skeleton: Skeleton | None, limit: int) -> list[int] | None:
+        """The completion of a rollout whose grammar admits one text (a drawn plan with the
+        question as its subtasks, after a prefill that opens the lists), as the tokenizer
+        splits it, with the end token, cut at `limit` tokens as sampling would be; None for a
+        rollout that is sampled."""
+        subtasks = self.subtasks(prompt, skeleton)
+        text = (fixed_completion(self.grammars.settings, skeleton, subtasks)
+                if skeleton is not None and subtasks is not None else None)
+        if text is None:
+            return None
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids[:limit] if len(ids) >= limit else [*ids, self.tokenizer.eos_token_id]
+
     def __call__(self, prompts: list[str], trainer: Any) -> dict[str, Any]:
         ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         skeletons = self.skeletons(prompts)
-        grammars = [self.grammars.compiled(tuple(self.rows[p]["workers"]), False, sk,
-                                           self.subtasks(p, sk))
-                    for p, sk in zip(prompts, skeletons, strict=True)]
-        completions, logprobs = generate(trainer, ids, grammars, self.grammars.processor)
-        out = {"prompt_ids": ids, "completion_ids": completions, "logprobs": logprobs}
+        limit = trainer.args.max_completion_length
+        completions = [self.written(p, sk, limit) for p, sk in zip(prompts, skeletons,
+                                                                   strict=True)]
+        sampled = [i for i, c in enumerate(completions) if c is None]
+        if sampled:  # a text the grammar fixes is written, not sampled token by token
+            grammars = [self.grammars.compiled(tuple(self.rows[prompts[i]]["workers"]), False,
+                                               skeletons[i], self.subtasks(prompts[i],
+                                                                           skeletons[i]))
+                        for i in sampled]
+            drawn, _ = generate(trainer, [ids[i] for i in sampled], grammars,
+                                self.grammars.processor)
+            for i, completion in zip(sampled, drawn, strict=True):
+                completions[i] = completion
+        out = {"prompt_ids": ids, "completion_ids": completions, "logprobs": None}
         if self.explore:  # forwarded to the reward, which logs the two kinds apart
             out["podium_explored"] = [sk is not None for sk in skeletons]
         if self.credit != "all":  # TRL leaves tokens with env_mask 0 out of the loss

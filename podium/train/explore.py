@@ -32,6 +32,8 @@ one who sees the question. That is for workers that read only their subtask (the
 mode): there a drawn plan pays only if its subtasks also carry the operands, which the untrained
 policy rarely writes (the reverse family of docs/gym.md, runs S1-S2); a right drawn plan then
 teaches the plan and the copying together. The policy's own rollouts still write their own.
+Such a drawn rollout is fixed token for token by its grammar, so it is written, not sampled
+(`ConstrainedRollout.written`).
 
 Skeletons are uniform over plans, not over lengths: with many ids and steps most drawn plans
 are long. The draw is seeded (`[grpo] seed`), so a run repeats.

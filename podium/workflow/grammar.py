@@ -23,7 +23,8 @@ When the prompt's prefill already opens the lists (the compact prompt's ``model_
 e.g. ``((2, 0), ("[]", "all"))``) and leaves only the reasoning and the subtasks free: the
 exploration rollouts of training (`[grpo] explore`, `podium.train.explore`) are sampled so.
 With `subtasks` as well, one per step, the subtasks are literals too
-(`[grpo] explore_subtasks = "question"`).
+(`[grpo] explore_subtasks = "question"`); opened, such a grammar admits exactly one text,
+`fixed_workflow`, which training then writes instead of sampling.
 """
 
 from __future__ import annotations
@@ -86,6 +87,16 @@ def workflow_grammar(
             f'"]\\naccess_list = [" {accs} "]"'
         )
     return "\n".join(rules) + "\n"
+
+
+def fixed_workflow(skeleton: tuple[Sequence[int], Sequence[str]],
+                   subtasks: Sequence[str]) -> str:
+    """The one text `workflow_grammar(..., opened=True, skeleton=skeleton, subtasks=subtasks)`
+    admits (the arguments as that grammar checks them)."""
+    ids, access = skeleton
+    accs = ", ".join("[]" if a == "[]" else '"all"' for a in access)
+    subs = ", ".join(f'"{s}"' for s in subtasks)
+    return f"{', '.join(str(i) for i in ids)}]\nsubtasks = [{subs}]\naccess_list = [{accs}]"
 
 
 def _literal_plan(skeleton: tuple[Sequence[int], Sequence[str]], worker_ids: Sequence[int],

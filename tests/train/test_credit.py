@@ -36,14 +36,6 @@ def test_step_spans_read_the_grammar_shape():
     assert step_spans('1, 2]\nsubtasks = ["One only"]\naccess_list = [[]]') is None
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    pytest.importorskip("transformers")
-    from podium.train.model import load_policy
-
-    return load_policy("smollm2")[1]
-
-
 def test_the_mask_leaves_out_exactly_the_dead_step(tokenizer):
     text = '2, 0]\nsubtasks = ["Count letters", "Add numbers"]\naccess_list = [[], []]'
     ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]

@@ -69,3 +69,41 @@ def test_exploring_needs_grammar_held_single_round_rollouts():
     with pytest.raises(ConfigError, match="set grpo.explore"):
         train_config_from_dict({**base, "grpo": {"explore_subtasks": "question"}})
 
+
+
+def test_a_drawn_plan_with_the_question_as_subtasks_is_written_as_its_grammar_admits(tokenizer):
+    """With `explore_subtasks = "question"` and a prefill that opens the lists, a drawn plan's
+    grammar admits one text: the rollout writes it (the tokenizer's split, the end token)
+    instead of sampling it, and the real grammar, compiled for the real tokenizer, accepts
+    exactly those tokens; a cut at the length limit drops the end token, as sampling would;
+    the policy's own rollouts, and any rollout under a prompt that leaves reasoning free, are
+    sampled."""
+    from types import SimpleNamespace
+
+    xgr = pytest.importorskip("xgrammar")
+    from podium.conductor import grammar_for
+    from podium.config import RunSettings
+    from podium.train.constrained import ConstrainedRollout
+    from podium.train.explore import question_subtask
+
+    question = "Reverse the word 'eauog'.\nGive the final answer inside <answer></answer>."
+    settings = RunSettings(prompt="compact-defined", max_steps=2, max_subtask_chars=72)
+    rows = [{"prompt": "P", "question": question, "workers": [0, 1, 2]}]
+    rollout = ConstrainedRollout(SimpleNamespace(settings=settings), tokenizer, rows, "live",
+                                 0.5, explore_subtasks="question")
+    skeleton = ((2, 0), ("[]", "all"))
+    written = rollout.written("P", skeleton, 128)
+    assert written[-1] == tokenizer.eos_token_id
+    held = question_subtask(question, 72)
+    assert tokenizer.decode(written[:-1]) == (
+        f'2, 0]\nsubtasks = ["{held}", "{held}"]\naccess_list = [[], "all"]')
+    view = SimpleNamespace(shown_ids=[0, 1, 2])
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))
+    matcher = xgr.GrammarMatcher(xgr.GrammarCompiler(info).compile_grammar(
+        grammar_for(view, settings, False, skeleton, (held, held))))
+    assert all(matcher.accept_token(t) for t in written) and matcher.is_terminated()
+    assert rollout.written("P", skeleton, 5) == written[:5]
+    assert rollout.written("P", None, 128) is None  # the policy's own: sampled
+    free = RunSettings(prompt="compact-reason", max_steps=2, max_subtask_chars=72)
+    rollout.grammars = SimpleNamespace(settings=free)
+    assert rollout.written("P", skeleton, 128) is None  # reasoning first: sampled

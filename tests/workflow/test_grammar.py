@@ -8,7 +8,7 @@ import pytest
 
 from podium.config import ModelSpec
 from podium.llm.embedded import EmbeddedClient, ModelStore
-from podium.workflow.grammar import workflow_grammar
+from podium.workflow.grammar import fixed_workflow, workflow_grammar
 from podium.workflow.parse import parse_workflow
 from podium.workflow.prompt import PoolEntry, conductor_messages
 
@@ -114,6 +114,8 @@ def test_a_skeleton_with_subtasks_holds_them_too():
                             subtasks=["Count the 'a'", "What is 3 + 4?"])
     plan = '2, 0]\nsubtasks = ["{}", "{}"]\naccess_list = [[], "all"]'
     assert accepts(held, plan.format("Count the 'a'", "What is 3 + 4?"))
+    assert fixed_workflow(((2, 0), ("[]", "all")), ["Count the 'a'", "What is 3 + 4?"]) == (
+        plan.format("Count the 'a'", "What is 3 + 4?"))  # the one text it admits, written
     assert not accepts(held, plan.format("Count the 'b'", "What is 3 + 4?"))
     assert not accepts(held, plan.format("What is 3 + 4?", "Count the 'a'"))
     with pytest.raises(ValueError, match="need a skeleton"):

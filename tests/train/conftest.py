@@ -1,0 +1,14 @@
+"""Fixtures shared by the training tests."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The bundled SmolLM2's tokenizer, as training loads it (special tokens fixed)."""
+    pytest.importorskip("transformers")
+    from podium.train.model import load_policy
+
+    return load_policy("smollm2")[1]
