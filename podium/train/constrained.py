@@ -156,9 +156,9 @@ class ConstrainedRollout:
                                                skeletons[i], self.subtasks(prompts[i],
                                                                            skeletons[i]))
                         for i in sampled]
-            drawn, _ = generate(trainer, [ids[i] for i in sampled], grammars,
-                                self.grammars.processor)
-            for i, completion in zip(sampled, drawn, strict=True):
+            generated, _ = generate(trainer, [ids[i] for i in sampled], grammars,
+                                    self.grammars.processor)
+            for i, completion in zip(sampled, generated, strict=True):
                 completions[i] = completion
         out = {"prompt_ids": ids, "completion_ids": completions, "logprobs": None}
         if self.explore:  # forwarded to the reward, which logs the two kinds apart

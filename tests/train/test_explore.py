@@ -70,7 +70,6 @@ def test_exploring_needs_grammar_held_single_round_rollouts():
         train_config_from_dict({**base, "grpo": {"explore_subtasks": "question"}})
 
 
-
 def test_a_drawn_plan_with_the_question_as_subtasks_is_written_as_its_grammar_admits(tokenizer):
     """With `explore_subtasks = "question"` and a prefill that opens the lists, a drawn plan's
     grammar admits one text: the rollout writes it (the tokenizer's split, the end token)
