@@ -142,6 +142,7 @@ def test_the_question_as_a_subtask_fits_the_grammar():
                                skeleton=((0, 1), ("[]", "all")), subtasks=texts[:2])
     assert accepts(grammar, f'0, 1]\nsubtasks = ["{texts[0]}", "{texts[1]}"]\n'
                             'access_list = [[], "all"]')
+    assert accepts(grammar, fixed_workflow(((0, 1), ("[]", "all")), texts[:2]))  # as written
     free = workflow_grammar([0], 1, max_subtask_chars=24, opened=True)
     for text in texts:  # every one also reads as a subtask the policy could have written
         assert accepts(free, f'0]\nsubtasks = ["{text}"]\naccess_list = [[]]'), text
