@@ -204,7 +204,8 @@ class OutputSection(_Section):
     dir: str = Field("runs/train/conductor", description="Checkpoints, metrics.jsonl and "
                      "transcripts.jsonl go here.")
     transcripts_per_step: int = Field(4, ge=0, description="Rollouts saved per step (one of "
-                                      "each reward value first).")
+                                      "each reward value first, the policy's own and the "
+                                      "explored apart).")
 
 
 class TrainConfig(_Section):

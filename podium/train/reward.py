@@ -27,9 +27,10 @@ longer plan costs no more than a wrong shorter one (exploring two steps stays fr
 Each step logs, through TRL's `log_metric`: the correct and format-error rates, parse failures
 by reason, dropped (infra) rollouts, the mean step count and the share of each count, the
 worker selection ratio overall and per position, and tokens and cost per rollout. A few
-rollouts per step (one of each reward value first: right, wrong, format error, dropped) go to
-`transcripts.jsonl` with their prompt, completion, workflow, answer and reward, under the
-number of the step they train (metrics.jsonl's).
+rollouts per step go to `transcripts.jsonl` with their prompt, completion, workflow, answer
+and reward, under the number of the step they train (metrics.jsonl's): one of each reward value
+first, best first and dropped last, the policy's own and the explored ones counted apart, so a
+step whose own rollouts are all wrong still shows one.
 """
 
 from __future__ import annotations
@@ -170,9 +171,10 @@ class ConductorReward:
     def _save(self, step: int, prompts: list, completions: list,
               done: list[tuple[RunResult, Outcome]], rewards: list[float | None],
               explored: list[bool]) -> None:
-        first = {}  # one rollout of each reward value (None included), best first
-        for i in sorted(range(len(done)), key=lambda i: -1 if rewards[i] is None else -rewards[i]):
-            first.setdefault(rewards[i], i)
+        first = {}  # one rollout of each reward value, own and explored apart; best first
+        for i in sorted(range(len(done)), key=lambda i: (
+                float("inf") if rewards[i] is None else -rewards[i], explored[i])):
+            first.setdefault((rewards[i], explored[i]), i)
         picked = list(first.values())
         picked = (picked + [i for i in range(len(done)) if i not in picked])[:self.per_step]
         with self.transcripts.open("a", encoding="utf-8") as fh:  # type: ignore[union-attr]

@@ -114,7 +114,9 @@ def reward_for(tmp_path: Path, completions: list[str], workers: list[int],
         async with Pipeline(POOL, settings=POOL.run.model_copy(update={"fallback": False})
                             ) as pipe:
             reward = ConductorReward(pipe, data, spec or RewardSection(),
-                                     explore_wrong=kwargs.pop("explore_wrong", "keep"))
+                                     explore_wrong=kwargs.pop("explore_wrong", "keep"),
+                                     transcripts=kwargs.pop("transcripts", None),
+                                     per_step=kwargs.pop("per_step", 2))
             n = len(completions)
             return await reward(prompts=[""] * n, completions=completions,
                                 completion_ids=[[1, 2]] * n, messages=[row["messages"]] * n,
@@ -167,6 +169,21 @@ def test_wrong_explored_rollouts_are_unscorable_or_kept(tmp_path):
     kept, _ = reward_for(tmp_path, [right, wrong, right, wrong], [], explore_wrong="keep",
                          podium_explored=[False, False, True, True])
     assert kept == [1.0, 0.5, 1.0, 0.5]
+
+
+def test_transcripts_show_each_reward_value_of_own_and_explored_rollouts(tmp_path):
+    """A step whose explored rollouts are right and whose own are all wrong still saves an own
+    wrong one; the best comes first and a dropped rollout last."""
+    right, wrong = ('model_id = [1]\nsubtasks = ["Add"]\naccess_list = [[]]',
+                    'model_id = [0]\nsubtasks = ["Zero"]\naccess_list = [[]]')
+    path = tmp_path / "transcripts.jsonl"
+    rewards, _ = reward_for(tmp_path, [right, wrong, wrong, wrong, wrong, right], [],
+                            explore_wrong="drop", transcripts=path, per_step=3,
+                            podium_explored=[True, True, True, False, False, True])
+    assert rewards == [1.0, None, None, 0.5, 0.5, 1.0]
+    saved = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [(t["reward"], t.get("explored", False)) for t in saved] == [
+        (1.0, True), (0.5, False), (None, True)]
 
 
 def test_config_rejects_unknown_keys_and_takes_overrides(tmp_path):
