@@ -2,7 +2,8 @@
 
 One function reads top to bottom (`build`): the pool and run settings, the training rows, the
 policy, the reward (the pipeline's own run of each rollout), TRL's `GRPOConfig` from the
-config's `[grpo]` section, and the `GRPOTrainer`. `train` runs it; `--resume` continues from the
+config's `[grpo]` section, and the `GRPOTrainer` (`podium.train.idle`'s, which skips the
+completions with no advantage in the loss). `train` runs it; `--resume` continues from the
 last checkpoint in the output folder with the same data order (the rows are a seeded shuffle
 and TRL's sampler is not reshuffled).
 
@@ -165,8 +166,8 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
     if not make_trainer:
         return plan
     from datasets import Dataset
-    from trl import GRPOTrainer
 
+    from podium.train.idle import grpo_trainer_class
     from podium.train.model import load_policy
 
     model, tokenizer = load_policy(config.model.path, config.model.dtype)
@@ -194,9 +195,10 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
     if rollout is not None:  # TRL's rollout_func is marked experimental; podium pins its TRL
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     quiet_unscorable_warning()
-    plan.trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=grpo_args(config),
-                               train_dataset=Dataset.from_list(rows), rollout_func=rollout,
-                               processing_class=tokenizer, callbacks=_callbacks(plan))
+    trainer = grpo_trainer_class()  # TRL's, skipping completions with no advantage
+    plan.trainer = trainer(model=model, reward_funcs=[reward], args=grpo_args(config),
+                           train_dataset=Dataset.from_list(rows), rollout_func=rollout,
+                           processing_class=tokenizer, callbacks=_callbacks(plan))
     params = sum(p.numel() for p in model.parameters())
     plan.lines.insert(1, f"policy      {config.model.path} ({params / 1e6:.1f}M parameters, "
                          f"{next(model.parameters()).dtype})")

@@ -1,0 +1,106 @@
+"""Completions with no advantage left out of the loss's forward and backward passes.
+
+Under GRPO's clipped loss with no KL term (`beta = 0`) and no entropy bonus, a completion whose
+advantage is 0 adds exactly nothing to the gradient: its per-token loss is
+`-min(r x 0, clip(r) x 0) = 0`. TRL still runs the policy forward and backward over it. On the
+gym most completions are such: a wrong drawn plan is unscorable (advantage 0, `explore_wrong =
+"drop"`), and a group whose rollouts all score the same has no spread; on a CPU the forward and
+backward passes are most of a step once drawn plans are written rather than sampled.
+
+`active_rows` takes one micro-batch as TRL hands it to its loss and returns the rows that carry
+an advantage, with the completion columns that are padding in all of them cut off, and the
+factor that makes the loss over those rows equal the loss over the whole micro-batch (the loss
+types normalise by the micro-batch's completion tokens, by its rows, or by a count fixed for the
+whole generation batch). The gradient is the one TRL computes, to float rounding; the logged
+entropy and clip ratios are then over the rows that carry an advantage. `PodiumGRPOTrainer`
+(`grpo_trainer_class`) applies it, and falls back to TRL's own loss wherever the shortcut is not
+exact: a KL term, an entropy bonus, an auxiliary loss, advantages per token, or inputs it does
+not know (images).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# the keys of a text-only micro-batch (TRL's _generate_and_score_completions)
+KNOWN = frozenset({"prompt_ids", "prompt_mask", "completion_ids", "completion_mask",
+                   "advantages", "num_items_in_batch", "old_per_token_logps",
+                   "sampling_per_token_logps", "ref_per_token_logps",
+                   "importance_sampling_ratio", "tool_mask"})
+PROMPT = frozenset({"prompt_ids", "prompt_mask"})
+
+
+def active_rows(inputs: dict[str, Any], loss_type: str
+                ) -> tuple[dict[str, Any] | None, float] | None:
+    """(the rows of `inputs` with a non-zero advantage, the loss factor), (None, 0.0) when no
+    row has one, or None when `inputs` should go to the loss unchanged (every row has an
+    advantage, or the micro-batch holds something this does not know how to cut)."""
+    advantages = inputs.get("advantages")
+    if set(inputs) - KNOWN or advantages is None or advantages.dim() != 1:
+        return None
+    keep = advantages != 0
+    if bool(keep.all()):
+        return None
+    if not bool(keep.any()):
+        return None, 0.0
+    mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+    if loss_type == "bnpo":  # token mean over the micro-batch: the kept rows' share of tokens
+        scale = float(mask[keep].sum()) / max(float(mask.sum()), 1.0)
+    elif loss_type in ("grpo", "dr_grpo"):  # a mean over the micro-batch's rows
+        scale = float(keep.sum()) / len(keep)
+    elif loss_type == "dapo":  # normalised by num_items_in_batch, fixed for the whole batch
+        scale = 1.0
+    else:
+        return None
+    return take_rows(inputs, keep), scale
+
+
+def take_rows(inputs: dict[str, Any], keep: Any) -> dict[str, Any]:
+    """The rows of a micro-batch where the boolean tensor `keep` is true, without the completion
+    columns that are padding in all of them (cutting them changes no earlier position's
+    logits; the prompts keep their left padding, so every token keeps its position)."""
+    n, columns = inputs["completion_mask"].shape
+    used = inputs["completion_mask"][keep].sum(0).nonzero()
+    width = int(used.max()) + 1 if len(used) else 1
+    out = {}
+    for key, value in inputs.items():
+        if _per_row(value, n):
+            value = value[keep]
+            if key not in PROMPT and value.dim() == 2 and value.size(1) == columns:
+                value = value[:, :width]
+        out[key] = value
+    return out
+
+
+def _per_row(value: Any, rows: int) -> bool:
+    return hasattr(value, "dim") and value.dim() >= 1 and value.size(0) == rows
+
+
+def grpo_trainer_class() -> type:
+    """TRL's GRPOTrainer whose loss skips the completions with no advantage (see the module)."""
+    from trl import GRPOTrainer
+
+    class PodiumGRPOTrainer(GRPOTrainer):
+        def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+            exact = (self.beta == 0.0 and not getattr(self, "_entropy_bonus_enabled", True)
+                     and not self.aux_loss_enabled)
+            cut = active_rows(inputs, self.loss_type) if exact else None
+            if cut is None:
+                return super()._compute_loss(model, inputs)
+            rows, scale = cut
+            if rows is not None:
+                return super()._compute_loss(model, rows) * scale
+            # nothing to learn from: one row's loss times 0 keeps backward (and any
+            # data-parallel wrapper's hooks) as usual; the metrics it logs are taken back
+            first = inputs["advantages"].new_zeros(len(inputs["advantages"]), dtype=bool)
+            first[0] = True
+            mode = "train" if self.model.training else "eval"
+            logged = {k: len(v) for k, v in self._metrics[mode].items()}
+            loss = super()._compute_loss(model, take_rows(inputs, first)) * 0.0
+            for key in list(self._metrics[mode]):
+                del self._metrics[mode][key][logged.get(key, 0):]
+                if not self._metrics[mode][key]:
+                    del self._metrics[mode][key]
+            return loss
+
+    return PodiumGRPOTrainer
