@@ -149,7 +149,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
         return ApiError(500, f"podium failed unexpectedly ({type(exc).__name__}); the server "
                         "log has the traceback.", code="internal").response()
 
-    def auth(request: Request) -> str | None:
+    async def auth(request: Request) -> str | None:  # async: FastAPI runs a sync one in a thread
         return check(request.headers.get("authorization"))
 
     @app.get("/health")
@@ -178,7 +178,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                            code="trace_not_found", param="trace_id")
         return data
 
-    def page_auth(request: Request) -> str | None:
+    async def page_auth(request: Request) -> str | None:
         return check(request.headers.get("authorization"), basic=True)
 
     @app.get("/traces", response_class=HTMLResponse)

@@ -2,8 +2,8 @@
 
 A trace is `RunResult.to_json()` (the question, every Conductor turn and step with its prompt
 and response, usage, failures) plus the request's id, time and podium options. It holds the
-user's conversation, so it is written owner-only (`podium.files.write_private`: 0600 files,
-0700 folders podium creates).
+user's conversation, so it is written owner-only (0600 files, created so in one `open`; 0700
+folders podium creates).
 
 Each trace written for a request made with an API key holds its owner (`podium.serve.auth.
 owner_of`, a salted hash, never the key): `read_as` and `recent` give a key its own traces
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import re
 import threading
@@ -30,7 +31,7 @@ import uuid
 from collections import deque
 from pathlib import Path
 
-from podium.files import private_dir, write_private
+from podium.files import private_dir
 
 log = logging.getLogger("podium.serve")
 
@@ -66,7 +67,12 @@ class TraceStore:
         path = self.path(trace_id)
         if path is None:
             raise ValueError(f"not a trace id: {trace_id!r}")
-        write_private(path, json.dumps(data, ensure_ascii=False))
+        text = json.dumps(data, ensure_ascii=False).encode()
+        try:
+            _create(path, text)
+        except FileNotFoundError:  # the folder was removed while the server ran
+            private_dir(self.folder)
+            _create(path, text)
         with self._lock:
             self._order.append(trace_id)
             self._prune()
@@ -149,6 +155,18 @@ class TraceStore:
                 pass
             except OSError as exc:
                 log.warning("could not delete old trace %s: %s", old, exc.strerror)
+
+
+def _create(path: Path, text: bytes) -> None:
+    """A new owner-only file holding `text`. Ids are unique, so the file never exists: created
+    with mode 0600 (the umask can only narrow it), in three system calls."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(text)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def _readable(data: dict, owner: str | None) -> bool:

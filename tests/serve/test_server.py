@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import stat
 import threading
 import time
@@ -205,6 +206,21 @@ def test_trace_store_keeps_the_newest(tmp_path):
     again = TraceStore(tmp_path / "t", keep=2)  # the order is rebuilt from the files
     assert sorted(p.stem for p in (tmp_path / "t").iterdir()) == sorted(ids[3:])
     assert again.path("../x") is None and again.path("tr-" + "0" * 31 + "/") is None
+
+
+def test_trace_files_are_owner_only_and_a_removed_folder_comes_back(tmp_path):
+    store = TraceStore(tmp_path / "t", keep=3)
+    old = os.umask(0)  # the most permissive umask: the file must still be 0600
+    try:
+        first, second = new_id(), new_id()
+        store.write(first, {"n": 1})
+        assert stat.S_IMODE((tmp_path / "t" / f"{first}.json").stat().st_mode) == 0o600
+        shutil.rmtree(tmp_path / "t")  # removed while the server runs
+        store.write(second, {"n": 2})
+    finally:
+        os.umask(old)
+    assert store.read(second) == {"n": 2}
+    assert stat.S_IMODE((tmp_path / "t").stat().st_mode) == 0o700
 
 
 def test_trace_store_writes_queued_traces_off_the_caller(tmp_path, caplog):
