@@ -4,22 +4,24 @@ The same questions answered two ways, side by side, both against one local worke
 with a fixed latency (`podium.testing.ScriptedServer`, a real HTTP server in its own process):
 
 * **direct**: `Pipeline.ask` in this process, at most C questions in flight;
-* **served**: `podium serve` in its own process (the same pool: a `function` Conductor that
-  sends every question to the one worker, the worker an OpenAI-compatible endpoint), asked
-  through HTTP (`POST /v1/chat/completions` with httpx, keep-alive), at most C requests in
-  flight.
+* **served**: `podium serve` (the same pool: a `function` Conductor that sends every
+  question to the one worker, the worker an OpenAI-compatible endpoint), once for each
+  `--processes` count (default 1 and 2: one server of each, started side by side), asked over
+  HTTP (`POST /v1/chat/completions`, keep-alive) by a minimal load generator, at most C
+  requests in flight; and the one-process server asked with httpx, a full Python client.
 
-For each concurrency C (default 1, 8 and 32) it reports requests per second and the p50 / p95
-latency of each way, the server's overhead per request (served p50 − direct p50) and the
-served / direct throughput ratio. Both sides run on the event loop the server runs on
-(uvloop, which uvicorn picks up when the `serve` extra installed it; asyncio otherwise).
-Targets: overhead under 5 ms p50, and no loss of throughput at 32 (served ≥ 95% of direct).
-Where the direct way is itself CPU-bound (short latencies on few cores), every millisecond of
-server CPU comes off the served throughput; a longer `--latency` makes the worker endpoint the
-bound again.
+For each concurrency C (default 1, 8 and 32) every way runs `--repeats` times, the ways taking
+turns, and the medians are reported: requests per second, p50 / p95 latency, CPU time per
+request (the direct way: this process; served: every process of that server), the server's
+overhead per request (served p50 − direct p50) and the served / direct throughput ratio.
+Both sides run on the event loop the server runs on (uvloop, which uvicorn picks up when the
+`serve` extra installed it; asyncio otherwise). Targets: overhead under 5 ms p50, and no loss
+of throughput at 32 (served ≥ 95% of direct). Where the direct way is itself CPU-bound (short
+latencies on few cores), every millisecond of server CPU comes off the served throughput; a
+longer `--latency` makes the worker endpoint the bound again.
 
-    .venv/bin/python benchmarks/serve.py [--latency 0.05] [--requests 1000]
-        [--concurrency 1 8 32] [--out benchmarks/results/serve.json]
+    .venv/bin/python benchmarks/serve.py [--latency 0.05] [--requests 1000] [--repeats 3]
+        [--concurrency 1 8 32] [--processes 1 2] [--out benchmarks/results/serve.json]
 """
 
 from __future__ import annotations
@@ -90,8 +92,9 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def load(call, n: int, concurrency: int) -> dict:
-    """`n` calls, at most `concurrency` in flight; per-call latency and overall rate."""
+async def load(call, n: int, concurrency: int, cpu=time.process_time) -> dict:
+    """`n` calls, at most `concurrency` in flight; per-call latency, overall rate, and the CPU
+    ms per call `cpu()` (seconds) counted meanwhile."""
     gate = asyncio.Semaphore(concurrency)
     times: list[float] = []
 
@@ -101,11 +104,12 @@ async def load(call, n: int, concurrency: int) -> dict:
             await call(i)
             times.append(time.perf_counter() - t0)
 
-    t0 = time.perf_counter()
+    c0, t0 = cpu(), time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(n)))
     wall = time.perf_counter() - t0
     return {"rps": n / wall, "p50_ms": 1000 * statistics.median(times),
-            "p95_ms": 1000 * pct(times, 0.95), "wall_s": wall}
+            "p95_ms": 1000 * pct(times, 0.95), "wall_s": wall,
+            "cpu_ms": 1000 * (cpu() - c0) / n}
 
 
 def question(i: int) -> str:
@@ -123,7 +127,7 @@ async def direct(pool_file: Path, n: int, concurrency: int) -> dict:
         return await load(call, n, concurrency)
 
 
-async def served_httpx(base: str, n: int, concurrency: int) -> dict:
+async def served_httpx(base: str, n: int, concurrency: int, pid: int) -> dict:
     """The served way asked with httpx (a full Python HTTP client: its own CPU counts too)."""
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits,
@@ -134,7 +138,7 @@ async def served_httpx(base: str, n: int, concurrency: int) -> dict:
             assert resp.status_code == 200, resp.text
 
         await call(0)
-        return await load(call, n, concurrency)
+        return await load(call, n, concurrency, lambda: cpu_s(pid))
 
 
 class Connection:
@@ -166,7 +170,7 @@ class Connection:
             self.writer.close()
 
 
-async def served(base: str, n: int, concurrency: int) -> dict:
+async def served(base: str, n: int, concurrency: int, pid: int) -> dict:
     """The served way asked over `concurrency` keep-alive connections (`Connection`)."""
     host, port = base.removeprefix("http://").split(":")
     free = [Connection(host, int(port)) for _ in range(concurrency)]
@@ -183,19 +187,38 @@ async def served(base: str, n: int, concurrency: int) -> dict:
 
     await call(0)
     try:
-        return await load(call, n, concurrency)
+        return await load(call, n, concurrency, lambda: cpu_s(pid))
     finally:
         for conn in free:
             conn.close()
 
 
-def start_server(pool_file: Path, port: int, traces: Path, log: Path) -> subprocess.Popen:
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` and of its child processes (a server's
+    --processes); 0 once it is gone."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry) == pid or int(fields[1]) == pid:  # fields[1]: the parent's pid
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def start_server(pool_file: Path, port: int, traces: Path, log: Path,
+                 processes: int = 1) -> subprocess.Popen:
     with open(log, "wb") as fh:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(
             [sys.executable, "-m", "podium.cli.main", "serve", "--pool", str(pool_file),
-             "--port", str(port), "--no-auth", "--max-concurrency", "256", "--trace-dir",
-             str(traces), "--no-cache"], stdout=fh, stderr=subprocess.STDOUT,
-            env={**os.environ, "NO_PROXY": "127.0.0.1"})
+             "--port", str(port), "--no-auth", "--max-concurrency", str(256 * processes),
+             "--trace-dir", str(traces), "--no-cache", "--processes", str(processes)],
+            stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "NO_PROXY": "127.0.0.1"})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -210,57 +233,85 @@ def start_server(pool_file: Path, port: int, traces: Path, log: Path) -> subproc
     raise SystemExit("podium serve did not start within 60 s")
 
 
+def medians(runs: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]} | {"runs": runs}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serve.json"))
     args = parser.parse_args()
 
     rows = []
+    t_start = time.perf_counter()
     with ScriptedServer(latency=args.latency, reply_by_model={"w0": "<answer>1</answer>"}) as ws, \
             tempfile.TemporaryDirectory() as tmp:
         pool_file = Path(tmp) / "pool.toml"
         pool_file.write_text(POOL.format(base=ws.base_url))
-        port = free_port()
-        proc = start_server(pool_file, port, Path(tmp) / "traces", Path(tmp) / "serve.log")
+        servers = {}
         try:
+            for p in args.processes:
+                port = free_port()
+                servers[p] = (start_server(pool_file, port, Path(tmp) / f"traces-{p}",
+                                           Path(tmp) / f"serve-{p}.log", p),
+                              f"http://127.0.0.1:{port}")
+                run(served(servers[p][1], 4 * max(args.concurrency), max(args.concurrency),
+                           servers[p][0].pid))
             for c in args.concurrency:
                 n = args.requests if c > 1 else max(50, args.requests // 8)
-                d = run(direct(pool_file, n, c))
-                s = run(served(f"http://127.0.0.1:{port}", n, c))
-                h = run(served_httpx(f"http://127.0.0.1:{port}", n, c))
-                rows.append({"concurrency": c, "requests": n, "direct": d, "served": s,
-                             "served_httpx": h,
-                             "overhead_p50_ms": s["p50_ms"] - d["p50_ms"],
-                             "throughput_ratio": s["rps"] / d["rps"]})
+                runs: dict[str, list[dict]] = {}
+                for _ in range(args.repeats):  # the ways take turns: the machine's drift is shared
+                    runs.setdefault("direct", []).append(run(direct(pool_file, n, c)))
+                    for p, (proc, base) in servers.items():
+                        runs.setdefault(f"served-{p}", []).append(
+                            run(served(base, n, c, proc.pid)))
+                proc, base = servers[args.processes[0]]
+                runs["httpx"] = [run(served_httpx(base, n, c, proc.pid))]
+                row = {"concurrency": c, "requests": n} | {k: medians(v) for k, v in runs.items()}
+                for p in args.processes:
+                    s = row[f"served-{p}"]
+                    s["overhead_p50_ms"] = s["p50_ms"] - row["direct"]["p50_ms"]
+                    s["throughput_ratio"] = s["rps"] / row["direct"]["rps"]
+                rows.append(row)
         finally:
-            proc.terminate()
-            proc.wait(30)
+            for proc, _ in servers.values():
+                proc.terminate()
+                proc.wait(30)
 
     print(f"worker latency {1000 * args.latency:.0f} ms · {platform.machine()}, "
-          f"{os.cpu_count()} cores · event loop {event_loop()}\n")
-    print(f"{'conc':>4}  {'direct rps':>10} {'p50 ms':>7} {'p95 ms':>7}  {'served rps':>10} "
-          f"{'p50 ms':>7} {'p95 ms':>7}  {'overhead p50':>12} {'served/direct':>13}  "
-          f"{'httpx rps':>9} {'p50 ms':>7}")
+          f"{os.cpu_count()} cores · event loop {event_loop()} · medians of {args.repeats} "
+          f"runs a way ({time.perf_counter() - t_start:.0f} s)\n")
+    print(f"{'conc':>4}  {'way':<22} {'rps':>7} {'p50 ms':>7} {'p95 ms':>7} {'cpu ms/req':>10}  "
+          f"{'overhead p50':>12} {'vs direct':>9}")
     for r in rows:
-        d, s, h = r["direct"], r["served"], r["served_httpx"]
-        print(f"{r['concurrency']:>4}  {d['rps']:>10.1f} {d['p50_ms']:>7.1f} {d['p95_ms']:>7.1f}  "
-              f"{s['rps']:>10.1f} {s['p50_ms']:>7.1f} {s['p95_ms']:>7.1f}  "
-              f"{r['overhead_p50_ms']:>9.1f} ms {r['throughput_ratio']:>12.0%}  "
-              f"{h['rps']:>9.1f} {h['p50_ms']:>7.1f}")
-    overhead_ok = all(r["overhead_p50_ms"] < OVERHEAD_MS for r in rows)
+        ways = [("direct", "direct (Pipeline.ask)")] + [
+            (f"served-{p}", f"served, {p} process{'es' if p > 1 else ''}")
+            for p in args.processes] + [("httpx", f"served-{args.processes[0]}, httpx client")]
+        for key, label in ways:
+            w = r[key]
+            more = (f"  {w['overhead_p50_ms']:>9.1f} ms {w['throughput_ratio']:>9.0%}"
+                    if "overhead_p50_ms" in w else "")
+            print(f"{r['concurrency']:>4}  {label:<22} {w['rps']:>7.1f} {w['p50_ms']:>7.1f} "
+                  f"{w['p95_ms']:>7.1f} {w['cpu_ms']:>10.2f}{more}")
+    verdicts = {}
     top = max(rows, key=lambda r: r["concurrency"])
-    throughput_ok = top["throughput_ratio"] >= THROUGHPUT
-    print(f"\ntarget: overhead < {OVERHEAD_MS:g} ms p50 at every concurrency: "
-          f"{'PASS' if overhead_ok else 'MISS'}; served ≥ {THROUGHPUT:.0%} of direct at "
-          f"{top['concurrency']}: {'PASS' if throughput_ok else 'MISS'}")
+    for p in args.processes:
+        overhead_ok = all(r[f"served-{p}"]["overhead_p50_ms"] < OVERHEAD_MS for r in rows)
+        throughput_ok = top[f"served-{p}"]["throughput_ratio"] >= THROUGHPUT
+        verdicts[p] = {"overhead_pass": overhead_ok, "throughput_pass": throughput_ok}
+        print(f"\n{p} process{'es' if p > 1 else ''}: overhead < {OVERHEAD_MS:g} ms p50 at every "
+              f"concurrency: {'PASS' if overhead_ok else 'MISS'}; served ≥ {THROUGHPUT:.0%} of "
+              f"direct at {top['concurrency']}: {'PASS' if throughput_ok else 'MISS'}", end="")
+    print()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"latency_s": args.latency, "loop": event_loop(),
-                                    "rows": rows,
-                                    "overhead_pass": overhead_ok,
-                                    "throughput_pass": throughput_ok}, indent=2))
+                                    "repeats": args.repeats, "rows": rows,
+                                    "targets": verdicts}, indent=2))
     print(f"wrote {args.out}")
 
 

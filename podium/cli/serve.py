@@ -1,18 +1,65 @@
-"""`podium serve`: check the setup, build the pipeline once, run the app under uvicorn.
+"""`podium serve`: check the setup, build the pipeline, run the app under uvicorn.
 
 Everything that can be wrong with the setup (no key and no --no-auth, --no-auth on a public
 address, an unset key variable, a bad pool, an unwritable trace folder, the `serve` extra not
 installed) is a ConfigError before the port is bound: exit 2 with the flag to fix. uvicorn then
 owns the process: SIGTERM or Ctrl-C stops new connections, lets the requests in flight finish
 for up to --graceful-timeout seconds, then closes the pipeline.
+
+With `--processes N` (N > 1) uvicorn's supervisor binds the port once and starts N server
+processes that share it (the kernel hands each new connection to one of them), restarting one
+that dies; SIGTERM stops them all, each as above. One process runs the event loop and the
+pipeline on one core, so on a machine with cores to spare more processes serve more requests
+at once. Each process builds its own pipeline from the same settings (passed in the
+environment variable `PODIUM_SERVE_ARGS`, without the keys: each process reads them from
+--api-key-env / --api-key-file itself), so the limits are split (`per_process`):
+
+* a remote worker's or Conductor's `max_concurrency`, `rpm` and `tpm` (openai, anthropic,
+  gemini backends) and --max-concurrency are divided by N, rounded down and at least 1, so
+  the pool's limits hold across the processes (the startup line names any limit below N,
+  which each process then keeps at 1, N in all);
+* an in-process model (embedded, transformers, function) is loaded by every process, with the
+  pool's limit in each: N copies in memory;
+* the trace folder is shared (`TraceStore(shared=True)`), and so is the response cache (SQLite
+  in WAL mode takes writers from several processes).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
+from dataclasses import asdict, dataclass
 
+from podium.config import Pool
 from podium.errors import ConfigError
+
+ARGS_ENV = "PODIUM_SERVE_ARGS"
+REMOTE = ("openai", "anthropic", "gemini")
+SPLIT = ("max_concurrency", "rpm", "tpm")
+
+
+@dataclass(frozen=True)
+class ServeArgs:
+    """What `podium serve` was asked for (no keys: only where to read them)."""
+
+    pool: str | None = None
+    conductor: str | None = None
+    allow_pool_mismatch: bool = False
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key_env: str | None = None
+    api_key_file: str | None = None
+    no_auth: bool = False
+    max_concurrency: int = 4
+    max_request_bytes: int = 1_000_000
+    trace_dir: str = "runs/serve-traces"
+    trace_keep: int = 1000
+    graceful_timeout: float = 30.0
+    no_cache: bool = False
+    pass_through: bool = False
+    processes: int = 1
 
 
 def _need_extra() -> None:
@@ -33,53 +80,132 @@ def _log_handler() -> None:
     log.setLevel(logging.INFO)
 
 
-def run_serve(*, pool: str | None, conductor: str | None, allow_pool_mismatch: bool,
-              host: str, port: int, api_key_env: str | None, api_key_file: str | None,
-              no_auth: bool, max_concurrency: int, max_request_bytes: int, trace_dir: str,
-              trace_keep: int, graceful_timeout: float, no_cache: bool,
-              pass_through: bool = False) -> int:
+def per_process(team: Pool, processes: int) -> tuple[Pool, list[str]]:
+    """`team` with each remote model's share of its limits for one of `processes` processes
+    (divided, rounded down, at least 1), and a note for each limit smaller than `processes`."""
+    if processes == 1:
+        return team, []
+    notes: list[str] = []
+
+    def share(spec):
+        if spec.backend not in REMOTE:
+            return spec
+        update = {}
+        for key in SPLIT:
+            value = getattr(spec, key)
+            if value is not None:
+                update[key] = max(1, value // processes)
+                if value < processes:
+                    notes.append(f"{spec.name}'s {key} is {value}, below --processes "
+                                 f"{processes}: each process allows 1, {processes} in all")
+        return spec.model_copy(update=update)
+
+    return team.model_copy(update={"conductor": share(team.conductor),
+                                   "workers": tuple(share(w) for w in team.workers)}), notes
+
+
+def _team(args: ServeArgs) -> Pool:
+    from podium.checkpoint import with_conductor
+    from podium.config import load_pool
+
+    team = load_pool(args.pool)
+    if args.conductor:
+        team = with_conductor(team, args.conductor, allow_mismatch=args.allow_pool_mismatch)
+    return team
+
+
+def _app(args: ServeArgs, keys: tuple[str, ...], team: Pool):
+    """The app one process serves: its share of the limits, its own pipeline."""
+    from podium.pipeline import Pipeline
+    from podium.serve import ServeConfig, create_app
+
+    team, _ = per_process(team, args.processes)
+    settings = team.run.model_copy(update={"cache": False}) if args.no_cache else team.run
+    config = ServeConfig(keys=keys, max_concurrency=max(1, args.max_concurrency // args.processes),
+                         max_request_bytes=args.max_request_bytes, trace_dir=args.trace_dir,
+                         trace_keep=args.trace_keep, pass_through=args.pass_through,
+                         shared_traces=args.processes > 1)
+    try:
+        return create_app(config, Pipeline(team, settings=settings))
+    except OSError as exc:
+        raise ConfigError(f"--trace-dir {args.trace_dir} cannot be used "
+                          f"({exc.strerror or exc}). Pass a folder you can write.") from None
+
+
+def process_app():
+    """uvicorn's app factory in each process of `--processes N`: the settings from
+    `PODIUM_SERVE_ARGS`, the keys read again from their variable or file."""
+    from uvicorn.config import STARTUP_FAILURE
+
+    from podium.serve.auth import load_keys
+
+    args = ServeArgs(**json.loads(os.environ[ARGS_ENV]))
+    _log_handler()
+    try:
+        return _app(args, load_keys(args.api_key_env, args.api_key_file), _team(args))
+    except ConfigError as exc:  # e.g. the key file changed since the start: stop, not restart
+        sys.stderr.write(f"podium: {exc}\n")
+        sys.exit(STARTUP_FAILURE)
+
+
+def _banner(args: ServeArgs, keys: tuple[str, ...], team: Pool) -> str:
+    auth = (f"{len(keys)} API key{'s' if len(keys) != 1 else ''}" if keys
+            else "no key (--no-auth, loopback only)")
+    workers = ", ".join(w.name for w in team.workers)
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    models = "models 'podium' and each worker's" if args.pass_through else "model 'podium'"
+    line = (f"podium: serving {models} at http://{shown}:{args.port}/v1 · Conductor "
+            f"{team.conductor.name} · workers {workers} · pool {team.source} · {auth} · traces "
+            f"in {args.trace_dir}")
+    if args.processes > 1:
+        _, notes = per_process(team, args.processes)
+        line += (f" · {args.processes} processes, each with its share of the limits "
+                 f"({max(1, args.max_concurrency // args.processes)} runs in flight)")
+        line += "".join(f"\npodium: note: {n}" for n in notes)
+    return line + "\n"
+
+
+def run_serve(**options) -> int:
     from podium.serve.auth import check_auth_setup, load_keys
 
-    keys = load_keys(api_key_env, api_key_file)
-    check_auth_setup(keys, no_auth, host)
+    args = ServeArgs(**options)
+    keys = load_keys(args.api_key_env, args.api_key_file)
+    check_auth_setup(keys, args.no_auth, args.host)
     _need_extra()
 
     import uvicorn
 
-    from podium.checkpoint import with_conductor
-    from podium.config import load_pool
-    from podium.pipeline import Pipeline
-    from podium.serve import ServeConfig, create_app
+    team = _team(args)
+    uv = dict(host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_timeout,
+              log_level="info", access_log=True)
+    if args.processes == 1:
+        config = uvicorn.Config(_app(args, keys, team), **uv)
+    else:
+        from podium.serve.traces import TraceStore
 
-    team = load_pool(pool)
-    if conductor:
-        team = with_conductor(team, conductor, allow_mismatch=allow_pool_mismatch)
-    settings = team.run.model_copy(update={"cache": False}) if no_cache else team.run
-    config = ServeConfig(keys=keys, max_concurrency=max_concurrency,
-                         max_request_bytes=max_request_bytes, trace_dir=trace_dir,
-                         trace_keep=trace_keep, pass_through=pass_through)
-    pipeline = Pipeline(team, settings=settings)
-    try:
-        app = create_app(config, pipeline)
-    except OSError as exc:
-        raise ConfigError(f"--trace-dir {trace_dir} cannot be used ({exc.strerror or exc}). "
-                          "Pass a folder you can write.") from None
+        try:  # fail here, not in every process; and apply retention once
+            TraceStore(args.trace_dir, args.trace_keep, shared=True)
+        except OSError as exc:
+            raise ConfigError(f"--trace-dir {args.trace_dir} cannot be used "
+                              f"({exc.strerror or exc}). Pass a folder you can write.") from None
+        os.environ[ARGS_ENV] = json.dumps(asdict(args))
+        config = uvicorn.Config("podium.cli.serve:process_app", factory=True,
+                                workers=args.processes, **uv)
     _log_handler()
-    auth = (f"{len(keys)} API key{'s' if len(keys) != 1 else ''}" if keys
-            else "no key (--no-auth, loopback only)")
-    workers = ", ".join(w.name for w in team.workers)
-    shown = f"[{host}]" if ":" in host else host
-    models = "models 'podium' and each worker's" if pass_through else "model 'podium'"
-    sys.stderr.write(f"podium: serving {models} at http://{shown}:{port}/v1 · Conductor "
-                     f"{team.conductor.name} · workers {workers} · pool {team.source} · "
-                     f"{auth} · traces in {trace_dir}\n")
-    server = uvicorn.Server(uvicorn.Config(
-        app, host=host, port=port, timeout_graceful_shutdown=graceful_timeout,
-        log_level="info", access_log=True))
+    sys.stderr.write(_banner(args, keys, team))
     try:
-        server.run()
+        if args.processes == 1:
+            uvicorn.Server(config).run()
+        else:
+            from uvicorn.config import STARTUP_FAILURE
+            from uvicorn.supervisors import Multiprocess
+
+            supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+            supervisor.run()
+            if any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes):
+                return 2  # a process could not build the app; it said why
     except SystemExit:  # uvicorn could not start (it logged why: e.g. the port is in use)
-        sys.stderr.write(f"podium: the server could not start on {host}:{port}; pick another "
-                         "--port (or --host) and run podium serve again.\n")
+        sys.stderr.write(f"podium: the server could not start on {args.host}:{args.port}; pick "
+                         "another --port (or --host) and run podium serve again.\n")
         return 2
     return 0

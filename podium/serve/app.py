@@ -25,7 +25,8 @@ request that does not stream gets none made), hand the trace to the store's writ
 answer.
 
 One `Pipeline` serves every request, so each worker's concurrency limit holds across all of
-them. A request that changes run settings (recursion, budgets) gets a shallow copy of it with
+them (with `podium serve --processes N`, across the requests of one process: the command
+gives each process its share of the limits). A request that changes run settings (recursion, budgets) gets a shallow copy of it with
 those settings: the same clients, cache, Team (its semaphores) and Conductor.
 
 Every error is an OpenAI-style body (`podium.serve.errors`). A client that goes away while a
@@ -76,6 +77,7 @@ class ServeConfig:
     trace_keep: int = 1000
     retry_after_s: int = 1
     pass_through: bool = False  # each worker also served as a model of its own
+    shared_traces: bool = False  # other processes write the trace folder too (--processes)
 
 
 class Slots:
@@ -105,7 +107,7 @@ class Run:
 
 def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     check = KeyCheck(config.keys)
-    traces = TraceStore(config.trace_dir, config.trace_keep)
+    traces = TraceStore(config.trace_dir, config.trace_keep, shared=config.shared_traces)
     slots = Slots(config.max_concurrency)
     names = [w.name for w in pipeline.pool.workers]
     started = int(time.time())
@@ -427,7 +429,9 @@ def _start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces:
         data = {"id": tid, "created": int(time.time()), "model": req.model, "stream": req.stream,
                 "options": opts.model_dump(exclude_none=True), **result.to_json(),
                 **({"owner": owner} if owner else {})}
-        traces.put(tid, data)  # written by the store's thread, readable at once
+        written = traces.put(tid, data)  # written by the store's thread, readable at once
+        if traces.shared and opts.return_trace_id:  # readable from every process once written
+            await asyncio.wrap_future(written)
         log.info("%s: %s, %d calls, %.1fs", tid, "answered" if result.answer is not None
                  else f"no answer ({result.outcome.cause.reason if result.outcome.cause else '?'})",
                  result.outcome.used.calls, time.perf_counter() - t0)

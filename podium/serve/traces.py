@@ -17,6 +17,13 @@ The server hands traces over with `put`, which returns at once: one writer threa
 and writes them in order, off the answer's path, and `read` serves a trace that is still
 waiting from memory, so an id returned with an answer can be fetched straight away. `close`
 writes whatever is still waiting (the server calls it at shutdown).
+
+`shared=True` is for a folder that several server processes write (`podium serve
+--processes N`): each process re-reads the folder's order every `RESCAN` writes it makes and
+before it lists traces, so retention and the list page cover every process's traces (the
+folder may hold up to `RESCAN` x (N - 1) traces over `keep` between re-reads). A trace that
+another process has not written yet is not found; the server therefore waits for a trace to
+be written (`put`'s future) before it returns that trace's id.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import re
 import threading
 import uuid
 from collections import deque
+from concurrent.futures import Future
 from pathlib import Path
 
 from podium.files import private_dir
@@ -36,6 +44,7 @@ from podium.files import private_dir
 log = logging.getLogger("podium.serve")
 
 ID = re.compile(r"^tr-[0-9a-f]{32}$")
+RESCAN = 16
 
 
 def new_id() -> str:
@@ -43,19 +52,30 @@ def new_id() -> str:
 
 
 class TraceStore:
-    def __init__(self, folder: str | Path, keep: int = 1000) -> None:
+    def __init__(self, folder: str | Path, keep: int = 1000, *, shared: bool = False) -> None:
         if keep < 1:
             raise ValueError("keep must be at least 1")
         self.folder = private_dir(folder)
         self.keep = keep
+        self.shared = shared
         self._lock = threading.Lock()
-        found = [p for p in self.folder.glob("tr-*.json") if ID.match(p.stem)]
-        found.sort(key=lambda p: p.stat().st_mtime)
-        self._order: deque[str] = deque(p.stem for p in found)
+        self._order: deque[str] = self._scan()
         self._prune()
+        self._writes = 0
         self._pending: dict[str, dict] = {}
-        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[str, Future] | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
+
+    def _scan(self) -> deque[str]:
+        """The ids of the traces in the folder, oldest first (by mtime)."""
+        found = []
+        for p in self.folder.glob("tr-*.json"):
+            try:
+                if ID.match(p.stem):
+                    found.append((p.stat().st_mtime, p.stem))
+            except FileNotFoundError:  # deleted by another process meanwhile
+                continue
+        return deque(stem for _, stem in sorted(found))
 
     def path(self, trace_id: str) -> Path | None:
         """The file of `trace_id`, or None for an id that is not one of ours."""
@@ -75,19 +95,25 @@ class TraceStore:
             _create(path, text)
         with self._lock:
             self._order.append(trace_id)
+            self._writes += 1
+            if self.shared and self._writes % RESCAN == 0:
+                self._order = self._scan()
             self._prune()
 
-    def put(self, trace_id: str, data: dict) -> None:
-        """Queue a trace for the writer thread; it is readable at once."""
+    def put(self, trace_id: str, data: dict) -> Future:
+        """Queue a trace for the writer thread; it is readable at once from this process. The
+        future is done (True, or False when it could not be written) once the file is."""
         if self.path(trace_id) is None:
             raise ValueError(f"not a trace id: {trace_id!r}")
+        written: Future = Future()
         with self._lock:
             self._pending[trace_id] = data
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_queued,
                                                 name="podium-traces", daemon=True)
                 self._writer.start()
-        self._queue.put(trace_id)
+        self._queue.put((trace_id, written))
+        return written
 
     def close(self) -> None:
         """Write every queued trace, then stop the writer thread."""
@@ -98,16 +124,20 @@ class TraceStore:
             writer.join()
 
     def _write_queued(self) -> None:
-        while (trace_id := self._queue.get()) is not None:
+        while (item := self._queue.get()) is not None:
+            trace_id, written = item
             data = self._pending.get(trace_id)
+            ok = False
             try:
                 self.write(trace_id, data)
+                ok = True
             except (OSError, TypeError, ValueError) as exc:
                 log.warning("trace %s could not be written: %s", trace_id,
                             getattr(exc, "strerror", None) or exc)
             finally:
                 with self._lock:
                     self._pending.pop(trace_id, None)
+                written.set_result(ok)
 
     def read(self, trace_id: str) -> dict | None:
         with self._lock:
@@ -135,6 +165,8 @@ class TraceStore:
         """The newest `n` traces `owner` may read, newest first: id, created, question,
         answer."""
         with self._lock:
+            if self.shared:
+                self._order = self._scan()
             ids = list(self._order)[::-1]
         rows = []
         for trace_id in ids:

@@ -1,0 +1,108 @@
+"""`podium serve --processes N`: several server processes on one port, sharing the trace
+folder, each with its share of the pool's limits, all stopped gracefully by one SIGTERM."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import re
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+from serve_helpers import CliServer, ThreadServer, auth
+
+from podium.cli.serve import per_process
+from podium.config import pool_from_dict
+from podium.serve import traces as trace_store
+
+KEY = "sk-serve-processes-test-6a0c93"
+
+
+def test_per_process_splits_the_limits_of_remote_models_only():
+    team = pool_from_dict({
+        "conductor": {"backend": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "c",
+                      "max_concurrency": 8, "rpm": 100},
+        "workers": [
+            {"name": "remote", "backend": "openai", "base_url": "http://127.0.0.1:1/v1",
+             "model": "r", "max_concurrency": 2, "tpm": 9000},
+            {"name": "local", "backend": "function",
+             "function": "podium.testing.workers:adder", "max_concurrency": 1},
+        ]})
+    split, notes = per_process(team, 3)
+    assert (split.conductor.max_concurrency, split.conductor.rpm) == (2, 33)
+    remote, local = split.workers
+    assert (remote.max_concurrency, remote.tpm, remote.rpm) == (1, 3000, None)
+    assert local == team.workers[1]  # loaded by every process: its limit is its own
+    assert notes == ["remote's max_concurrency is 2, below --processes 3: each process "
+                     "allows 1, 3 in all"]
+    assert per_process(team, 1) == (team, [])
+
+
+def ask(srv: CliServer, question: str, **options) -> httpx.Response:
+    """One request on a connection of its own (so the kernel may hand it to any process)."""
+    return httpx.post(f"{srv.base}/v1/chat/completions", timeout=30, trust_env=False,
+                      headers={"Authorization": f"Bearer {KEY}"},
+                      json={"model": "podium", "return_trace_id": True, **options,
+                            "messages": [{"role": "user", "content": question}]})
+
+
+def test_processes_share_the_port_and_the_traces_and_stop_gracefully(pool_file, tmp_path):
+    srv = CliServer(["--pool", str(pool_file), "--api-key-env", "PODIUM_SERVE_KEY",
+                     "--processes", "2", "--max-concurrency", "16", "--trace-dir",
+                     str(tmp_path / "traces"), "--graceful-timeout", "20"],
+                    tmp_path / "serve.log", env={"PODIUM_SERVE_KEY": KEY})
+    try:
+        srv.wait()
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            replies = list(pool.map(lambda i: ask(srv, f"What is {i} + 1?"), range(16)))
+        assert all(r.status_code == 200 for r in replies), [r.text for r in replies]
+        assert [r.json()["choices"][0]["message"]["content"] for r in replies] == \
+            [f"<answer>{i + 1}</answer>" for i in range(16)]
+        ids = [r.headers["x-podium-trace-id"] for r in replies]
+        for tid, i in zip(ids, range(16), strict=True):  # from whichever process answers
+            trace = httpx.get(f"{srv.base}/v1/traces/{tid}", trust_env=False,
+                              headers={"Authorization": f"Bearer {KEY}"})
+            assert trace.status_code == 200 and trace.json()["answer"] == f"<answer>{i + 1}</answer>"
+        listed = httpx.get(f"{srv.base}/traces", trust_env=False, auth=("", KEY)).text
+        assert all(tid in listed for tid in ids)  # every process's traces, on either's page
+
+        got: dict = {}
+        slow = threading.Thread(target=lambda: got.update(r=ask(srv, "What is 20 + 22?",
+                                                                workers=["slow"])))
+        slow.start()
+        time.sleep(0.4)  # the slow worker takes 1 s: the request is in flight
+        srv.proc.send_signal(signal.SIGTERM)
+        slow.join(30)
+        assert got["r"].status_code == 200, got["r"].text
+        assert got["r"].json()["choices"][0]["message"]["content"] == "<answer>42</answer>"
+        assert srv.proc.wait(30) == 0
+    finally:
+        srv.stop()
+    log = srv.log.read_text()
+    assert len(set(re.findall(r"Started server process \[(\d+)\]", log))) == 2
+    assert "2 processes, each with its share of the limits (8 runs in flight)" in log
+    assert "Stopping parent process" in log and KEY not in log
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_shared_folder_has_the_trace_before_its_id_is_returned(pool_file, tmp_path,
+                                                                 monkeypatch, shared):
+    """Another process can read only what is on disk: with a shared folder the answer that
+    returns a trace id waits for the file (here made slow to write); alone, it does not."""
+    create = trace_store._create
+
+    def slow_create(path, text):
+        time.sleep(0.5)
+        create(path, text)
+
+    monkeypatch.setattr(trace_store, "_create", slow_create)
+    with ThreadServer(pool_file, tmp_path / "traces", keys=("sk-shared-test-1b2c3d4e",),
+                      shared_traces=shared) as srv:
+        reply = httpx.post(f"{srv.base}/v1/chat/completions", trust_env=False, timeout=30,
+                           headers=auth("sk-shared-test-1b2c3d4e"),
+                           json={"model": "podium", "return_trace_id": True,
+                                 "messages": [{"role": "user", "content": "What is 2 + 2?"}]})
+        tid = reply.headers["x-podium-trace-id"]
+        assert (tmp_path / "traces" / f"{tid}.json").is_file() == shared
