@@ -10,6 +10,11 @@ with a fixed latency (`podium.testing.ScriptedServer`, a real HTTP server in its
   HTTP (`POST /v1/chat/completions`, keep-alive) by a minimal load generator, at most C
   requests in flight; and the one-process server asked with httpx, a full Python client.
 
+The Conductor is a coroutine (`one_step_async`): a sync function Conductor runs in a thread
+for each call, and handing the GIL to that thread and back adds latency that grows with the
+event loop's load (the direct way at 32 in flight: 316–375 requests/s with `one_step`,
+439–453 with `one_step_async`), which would make the figures the thread's, not the server's.
+
 For each concurrency C (default 1, 8 and 32) every way runs `--repeats` times, the ways taking
 turns, and the medians are reported: requests per second, p50 / p95 latency, CPU time per
 request (the direct way: this process; served: every process of that server), the server's
@@ -48,7 +53,7 @@ from podium.testing import ScriptedServer
 POOL = """
 [conductor]
 backend = "function"
-function = "podium.testing.workers:one_step"
+function = "podium.testing.workers:one_step_async"
 
 [[workers]]
 name = "w0"

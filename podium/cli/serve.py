@@ -6,9 +6,9 @@ installed) is a ConfigError before the port is bound: exit 2 with the flag to fi
 owns the process: SIGTERM or Ctrl-C stops new connections, lets the requests in flight finish
 for up to --graceful-timeout seconds, then closes the pipeline.
 
-With `--processes N` (N > 1) uvicorn's supervisor binds the port once and starts N server
-processes that share it (the kernel hands each new connection to one of them), restarting one
-that dies; SIGTERM stops them all, each as above. One process runs the event loop and the
+With `--processes N` (N > 1) `podium.serve.processes` starts N server processes, each
+listening on the port with a socket of its own (SO_REUSEPORT: the kernel spreads connections
+over them), restarting one that dies; SIGTERM stops them all, each as above. One process runs the event loop and the
 pipeline on one core, so on a machine with cores to spare more processes serve more requests
 at once. Each process builds its own pipeline from the same settings (passed in the
 environment variable `PODIUM_SERVE_ARGS`, without the keys: each process reads them from
@@ -135,9 +135,8 @@ def _app(args: ServeArgs, keys: tuple[str, ...], team: Pool):
 def process_app():
     """uvicorn's app factory in each process of `--processes N`: the settings from
     `PODIUM_SERVE_ARGS`, the keys read again from their variable or file."""
-    from uvicorn.config import STARTUP_FAILURE
-
     from podium.serve.auth import load_keys
+    from podium.serve.processes import STARTUP_FAILURE
 
     args = ServeArgs(**json.loads(os.environ[ARGS_ENV]))
     _log_handler()
@@ -161,6 +160,9 @@ def _banner(args: ServeArgs, keys: tuple[str, ...], team: Pool) -> str:
         _, notes = per_process(team, args.processes)
         line += (f" · {args.processes} processes, each with its share of the limits "
                  f"({max(1, args.max_concurrency // args.processes)} runs in flight)")
+        if args.max_concurrency < args.processes:
+            notes.append(f"--max-concurrency {args.max_concurrency} is below --processes "
+                         f"{args.processes}: each process runs 1, {args.processes} in all")
         line += "".join(f"\npodium: note: {n}" for n in notes)
     return line + "\n"
 
@@ -176,36 +178,38 @@ def run_serve(**options) -> int:
     import uvicorn
 
     team = _team(args)
-    uv = dict(host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_timeout,
-              log_level="info", access_log=True)
+    options = dict(timeout_graceful_shutdown=args.graceful_timeout, log_level="info",
+                   access_log=True)
     if args.processes == 1:
-        config = uvicorn.Config(_app(args, keys, team), **uv)
-    else:
-        from podium.serve.traces import TraceStore
+        config = uvicorn.Config(_app(args, keys, team), host=args.host, port=args.port,
+                                **options)
+        _log_handler()
+        sys.stderr.write(_banner(args, keys, team))
+        try:
+            uvicorn.Server(config).run()
+        except SystemExit:  # uvicorn could not start (it logged why: e.g. the port is in use)
+            return _not_started(args, "")
+        return 0
 
-        try:  # fail here, not in every process; and apply retention once
-            TraceStore(args.trace_dir, args.trace_keep, shared=True)
-        except OSError as exc:
-            raise ConfigError(f"--trace-dir {args.trace_dir} cannot be used "
-                              f"({exc.strerror or exc}). Pass a folder you can write.") from None
-        os.environ[ARGS_ENV] = json.dumps(asdict(args))
-        config = uvicorn.Config("podium.cli.serve:process_app", factory=True,
-                                workers=args.processes, **uv)
+    from podium.serve.processes import listeners, supervise
+    from podium.serve.traces import TraceStore
+
+    try:  # fail here, not in every process; and apply retention once
+        TraceStore(args.trace_dir, args.trace_keep, shared=True)
+    except OSError as exc:
+        raise ConfigError(f"--trace-dir {args.trace_dir} cannot be used "
+                          f"({exc.strerror or exc}). Pass a folder you can write.") from None
+    try:
+        socks = listeners(args.host, args.port, args.processes)
+    except OSError as exc:
+        return _not_started(args, f" ({exc.strerror or exc})")
+    os.environ[ARGS_ENV] = json.dumps(asdict(args))
     _log_handler()
     sys.stderr.write(_banner(args, keys, team))
-    try:
-        if args.processes == 1:
-            uvicorn.Server(config).run()
-        else:
-            from uvicorn.config import STARTUP_FAILURE
-            from uvicorn.supervisors import Multiprocess
+    return supervise("podium.cli.serve:process_app", socks, options)
 
-            supervisor = Multiprocess(config, sockets=[config.bind_socket()])
-            supervisor.run()
-            if any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes):
-                return 2  # a process could not build the app; it said why
-    except SystemExit:  # uvicorn could not start (it logged why: e.g. the port is in use)
-        sys.stderr.write(f"podium: the server could not start on {args.host}:{args.port}; pick "
-                         "another --port (or --host) and run podium serve again.\n")
-        return 2
-    return 0
+
+def _not_started(args: ServeArgs, why: str) -> int:
+    sys.stderr.write(f"podium: the server could not start on {args.host}:{args.port}{why}; pick "
+                     "another --port (or --host) and run podium serve again.\n")
+    return 2

@@ -3,7 +3,8 @@
 `adder` solves "What is A + B?" (the overall task's first such question) and answers in
 `<answer>` tags; `zero` always answers 0, in the same shape; `down` fails like an unreachable
 endpoint; `slow` is `adder` one second late; `one_step` is a Conductor that sends every
-question to worker 0 alone.
+question to worker 0 alone, and `one_step_async` the same as a coroutine (a sync function
+runs in a thread for each call, a coroutine on the event loop: benchmarks/serve.py).
 Together they make a pool in which the worker choice decides the reward.
 """
 
@@ -41,6 +42,11 @@ def down(messages: list[dict]) -> str:
 def one_step(messages: list[dict]) -> str:
     """A Conductor that always sends the question to worker 0 alone."""
     return 'model_id = [0]\nsubtasks = ["Answer the question."]\naccess_list = [[]]'
+
+
+async def one_step_async(messages: list[dict]) -> str:
+    """`one_step` on the event loop: no thread, so no GIL hand-over per call."""
+    return one_step(messages)
 
 
 async def slow(messages: list[dict]) -> str:

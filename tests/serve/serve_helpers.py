@@ -103,6 +103,11 @@ class ThreadServer:
         self.thread.join(15)
 
 
+def crashing_app():
+    """An app factory that fails in a way a restart does not know to be hopeless."""
+    raise RuntimeError("this app cannot be built")
+
+
 def auth(key: str = KEY) -> dict:
     return {"Authorization": f"Bearer {key}"}
 

@@ -4,18 +4,24 @@ folder, each with its share of the pool's limits, all stopped gracefully by one 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
+import json
 import re
 import signal
+import socket
+import subprocess
 import threading
 import time
 
 import httpx
 import pytest
-from serve_helpers import CliServer, ThreadServer, auth
+from serve_helpers import CliServer, ThreadServer, auth, podium_cli
 
-from podium.cli.serve import per_process
+from podium.cli.serve import ARGS_ENV, ServeArgs, _banner, per_process
 from podium.config import pool_from_dict
+from podium.serve import processes
 from podium.serve import traces as trace_store
+from podium.serve.processes import listeners, supervise
 
 KEY = "sk-serve-processes-test-6a0c93"
 
@@ -38,6 +44,10 @@ def test_per_process_splits_the_limits_of_remote_models_only():
     assert notes == ["remote's max_concurrency is 2, below --processes 3: each process "
                      "allows 1, 3 in all"]
     assert per_process(team, 1) == (team, [])
+    banner = _banner(ServeArgs(processes=3, max_concurrency=2, no_auth=True), (), team)
+    assert "3 processes, each with its share of the limits (1 runs in flight)" in banner
+    assert "podium: note: remote's max_concurrency is 2" in banner
+    assert "podium: note: --max-concurrency 2 is below --processes 3" in banner
 
 
 def ask(srv: CliServer, question: str, **options) -> httpx.Response:
@@ -83,7 +93,7 @@ def test_processes_share_the_port_and_the_traces_and_stop_gracefully(pool_file, 
     log = srv.log.read_text()
     assert len(set(re.findall(r"Started server process \[(\d+)\]", log))) == 2
     assert "2 processes, each with its share of the limits (8 runs in flight)" in log
-    assert "Stopping parent process" in log and KEY not in log
+    assert "stopped 2 server processes" in log and KEY not in log
 
 
 @pytest.mark.parametrize("shared", [True, False])
@@ -106,3 +116,39 @@ def test_a_shared_folder_has_the_trace_before_its_id_is_returned(pool_file, tmp_
                                  "messages": [{"role": "user", "content": "What is 2 + 2?"}]})
         tid = reply.headers["x-podium-trace-id"]
         assert (tmp_path / "traces" / f"{tid}.json").is_file() == shared
+
+
+@pytest.mark.parametrize("reuse_port", [False, True])
+def test_a_port_in_use_is_refused_not_shared(pool_file, tmp_path, reuse_port):
+    """Another server on the port (with SO_REUSEPORT too, as another `--processes` server
+    would be) is an error, never a port silently shared with it."""
+    with socket.socket() as other:
+        if reuse_port:
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        with pytest.raises(OSError):
+            listeners("127.0.0.1", port, 2)
+        done = subprocess.run(podium_cli("serve", "--pool", str(pool_file), "--no-auth",
+                                         "--processes", "2", "--port", str(port), "--trace-dir",
+                                         str(tmp_path / "traces")),
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert f"could not start on 127.0.0.1:{port}" in done.stderr and "--port" in done.stderr
+
+
+def test_supervise_stops_when_a_process_cannot_build_its_app(tmp_path, monkeypatch):
+    """A process that exits with STARTUP_FAILURE (here: its pool file is gone) stops the
+    server at once; one that keeps dying otherwise is restarted, then given up on."""
+    args = ServeArgs(pool=str(tmp_path / "gone.toml"), no_auth=True, processes=1,
+                     trace_dir=str(tmp_path / "traces"))
+    monkeypatch.setenv(ARGS_ENV, json.dumps(dataclasses.asdict(args)))
+    t0 = time.monotonic()
+    assert supervise("podium.cli.serve:process_app", listeners("127.0.0.1", 0, 1), {}) == 2
+    assert time.monotonic() - t0 < 30
+    assert supervise("podium.no_such_module:app", listeners("127.0.0.1", 0, 1), {}) == 2
+    messages = []
+    monkeypatch.setattr(processes.log, "warning", lambda msg, *a: messages.append(msg % a))
+    assert supervise("serve_helpers:crashing_app", listeners("127.0.0.1", 0, 1), {}) == 2
+    assert sum("starting another" in m for m in messages) == processes.RESTARTS_PER_MINUTE
