@@ -22,6 +22,14 @@ It depends on the pipeline, never on eval or train. docs/serving.md is the user'
 
 from __future__ import annotations
 
-from podium.serve.app import MODEL, ServeConfig, create_app
-
 __all__ = ["MODEL", "ServeConfig", "create_app"]
+
+
+def __getattr__(name: str):
+    """The app's names, imported on first use: the trace writer process
+    (`python -m podium.serve.traces`) imports this package without FastAPI."""
+    if name in __all__:
+        from podium.serve import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module 'podium.serve' has no attribute {name!r}")

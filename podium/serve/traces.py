@@ -13,10 +13,18 @@ Ids are `tr-` and 32 hex digits; anything else is refused before a path is built
 never name a file outside the folder. The folder keeps the newest `keep` traces: older ones
 are deleted as new ones are written (the order is rebuilt from the files' mtimes at start).
 
-The server hands traces over with `put`, which returns at once: one writer thread serialises
-and writes them in order, off the answer's path, and `read` serves a trace that is still
-waiting from memory, so an id returned with an answer can be fetched straight away. `close`
-writes whatever is still waiting (the server calls it at shutdown).
+The server hands traces over with `put`, which returns at once, and `read` serves a trace
+that is still waiting from memory, so an id returned with an answer can be fetched straight
+away. The files are written by a writer process of their own (`writer_main`, started at the
+first `put`), not by a thread of the server's: every system call of a file write releases
+the GIL and must take it back from an event loop that is busy, and with a thread those
+hand-overs cost the serving process about as much CPU as a whole request's pipeline does
+(benchmarks/README.md, serve.py). A sender thread wakes once per batch of queued traces,
+serialises them and sends them down a pipe in one write; the writer process writes the files,
+deletes the oldest, and acknowledges each trace on its stdout (a thread here reads them and
+completes `put`'s future). A writer process that dies is replaced and sent every trace still
+unacknowledged; `close` lets it finish, and writes in this process any trace it did not
+acknowledge (the server calls it at shutdown).
 
 `shared=True` is for a folder that several server processes write (`podium serve
 --processes N`): each process re-reads the folder's order every `RESCAN` writes it makes and
@@ -28,11 +36,16 @@ be written (`put`'s future) before it returns that trace's id.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import queue
 import re
+import signal
+import struct
+import subprocess
+import sys
 import threading
 import uuid
 from collections import deque
@@ -62,9 +75,10 @@ class TraceStore:
         self._order: deque[str] = self._scan()
         self._prune()
         self._writes = 0
-        self._pending: dict[str, dict] = {}
-        self._queue: queue.SimpleQueue[tuple[str, Future] | None] = queue.SimpleQueue()
-        self._writer: threading.Thread | None = None
+        self._pending: dict[str, tuple[dict, Future]] = {}
+        self._queue: queue.SimpleQueue[tuple[str, dict] | None] = queue.SimpleQueue()
+        self._sender: threading.Thread | None = None
+        self._writer = _Writer(self)
 
     def _scan(self) -> deque[str]:
         """The ids of the traces in the folder, oldest first (by mtime)."""
@@ -84,10 +98,15 @@ class TraceStore:
         return self.folder / f"{trace_id}.json"
 
     def write(self, trace_id: str, data: dict) -> None:
+        """Write one trace now, in this thread."""
+        self.store(trace_id, json.dumps(data, ensure_ascii=False).encode())
+
+    def store(self, trace_id: str, text: bytes) -> None:
+        """Write one serialised trace (FileExistsError when it is already there), then delete
+        the oldest past `keep`."""
         path = self.path(trace_id)
         if path is None:
             raise ValueError(f"not a trace id: {trace_id!r}")
-        text = json.dumps(data, ensure_ascii=False).encode()
         try:
             _create(path, text)
         except FileNotFoundError:  # the folder was removed while the server ran
@@ -101,49 +120,69 @@ class TraceStore:
             self._prune()
 
     def put(self, trace_id: str, data: dict) -> Future:
-        """Queue a trace for the writer thread; it is readable at once from this process. The
-        future is done (True, or False when it could not be written) once the file is."""
+        """Queue a trace for the writer process; it is readable at once from this process.
+        The future is done (True, or False when it could not be written) once the file is."""
         if self.path(trace_id) is None:
             raise ValueError(f"not a trace id: {trace_id!r}")
         written: Future = Future()
         with self._lock:
-            self._pending[trace_id] = data
-            if self._writer is None:
-                self._writer = threading.Thread(target=self._write_queued,
+            self._pending[trace_id] = (data, written)
+            if self._sender is None:
+                self._sender = threading.Thread(target=self._send_queued,
                                                 name="podium-traces", daemon=True)
-                self._writer.start()
-        self._queue.put((trace_id, written))
+                self._sender.start()
+        self._queue.put((trace_id, data))
         return written
 
     def close(self) -> None:
-        """Write every queued trace, then stop the writer thread."""
+        """Write every queued trace, then stop the sender thread and the writer process."""
         with self._lock:
-            writer, self._writer = self._writer, None
-        if writer is not None:
+            sender, self._sender = self._sender, None
+        if sender is not None:
             self._queue.put(None)
-            writer.join()
+            sender.join()
 
-    def _write_queued(self) -> None:
-        while (item := self._queue.get()) is not None:
-            trace_id, written = item
-            data = self._pending.get(trace_id)
-            ok = False
-            try:
-                self.write(trace_id, data)
-                ok = True
-            except (OSError, TypeError, ValueError) as exc:
-                log.warning("trace %s could not be written: %s", trace_id,
-                            getattr(exc, "strerror", None) or exc)
-            finally:
-                with self._lock:
-                    self._pending.pop(trace_id, None)
-                written.set_result(ok)
+    def _send_queued(self) -> None:
+        """The sender thread: everything queued since it last woke, serialised and sent to
+        the writer process in one write."""
+        while True:
+            batch = [self._queue.get()]
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    batch.append(self._queue.get_nowait())
+            frames = []
+            for item in batch:
+                if item is None:
+                    continue
+                trace_id, data = item
+                try:
+                    frames.append(_frame(trace_id, json.dumps(data, ensure_ascii=False)))
+                except (TypeError, ValueError) as exc:
+                    self._written(trace_id, str(exc))
+            if frames:
+                self._writer.send(b"".join(frames))
+            if None in batch:
+                self._writer.stop()
+                return
+
+    def _written(self, trace_id: str, error: str | None) -> None:
+        """The writer's word on one trace: on disk (error None), or not, and why."""
+        with self._lock:
+            data, written = self._pending.pop(trace_id, (None, None))
+            if error is None and not self._writer.prunes_here:
+                self._order.append(trace_id)  # the writer process deleted the oldest
+                while len(self._order) > self.keep:
+                    self._order.popleft()
+        if error is not None:
+            log.warning("trace %s could not be written: %s", trace_id, error)
+        if written is not None:
+            written.set_result(error is None)
 
     def read(self, trace_id: str) -> dict | None:
         with self._lock:
             waiting = self._pending.get(trace_id)
         if waiting is not None:
-            return waiting
+            return waiting[0]
         path = self.path(trace_id)
         if path is None or not path.is_file():
             return None
@@ -187,6 +226,155 @@ class TraceStore:
                 pass
             except OSError as exc:
                 log.warning("could not delete old trace %s: %s", old, exc.strerror)
+
+
+# The writer process's program: this podium (wherever it is imported from), `writer_main`.
+WRITER = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
+          "from podium.serve.traces import writer_main; writer_main(sys.argv[1:])")
+
+
+class _Writer:
+    """The writer process (`writer_main` with FOLDER KEEP shared|alone) and the
+    thread that reads its acknowledgements. Frames go in on its stdin; for each trace a line
+    `ID ok` or `ID <why not>` comes back on its stdout, a batch at a time. A writer that dies
+    is started again and sent every trace still pending (one already on disk is
+    acknowledged, not written twice); at `stop` a trace it never acknowledged is written in
+    this process."""
+
+    def __init__(self, store: TraceStore) -> None:
+        self.store = store
+        self.prunes_here = False  # True once traces had to be written in this process
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._acks: threading.Thread | None = None
+        self._stopping = False
+
+    def _start(self) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(self.store.folder), str(self.store.keep),
+             "shared" if self.store.shared else "alone"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        self._acks = threading.Thread(target=self._read_acks, args=(self._proc,),
+                                      name="podium-trace-acks", daemon=True)
+        self._acks.start()
+
+    def send(self, frames: bytes) -> None:
+        with self._lock:
+            if self._stopping:
+                return  # stop() writes what is pending
+            if self._proc is not None and self._proc.poll() is None:
+                try:
+                    _write_all(self._proc.stdin.fileno(), frames)
+                    return
+                except OSError:
+                    self._proc.kill()
+                    self._proc.wait()
+            if self._proc is not None:
+                log.warning("the trace writer process stopped (code %s); starting another",
+                            self._proc.returncode)
+            for _ in range(2):  # a new writer gets every pending trace, these among them
+                self._start()
+                if self._resend_pending():
+                    return
+                self._proc.kill()
+                self._proc.wait()
+            log.error("the trace writer process could not be started; the traces pending "
+                      "are written when the server stops")
+
+    def _resend_pending(self) -> bool:
+        """Send every pending trace to a new writer; False when that failed as well."""
+        with self.store._lock:
+            pending = [(tid, data) for tid, (data, _) in self.store._pending.items()]
+        frames = []
+        for tid, data in pending:
+            with contextlib.suppress(TypeError, ValueError):
+                frames.append(_frame(tid, json.dumps(data, ensure_ascii=False)))
+        try:
+            _write_all(self._proc.stdin.fileno(), b"".join(frames))
+            return True
+        except OSError:
+            return False
+
+    def _read_acks(self, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
+            trace_id, _, status = line.decode("utf-8", "replace").rstrip("\n").partition(" ")
+            self.store._written(trace_id, None if status == "ok" else status)
+        proc.wait()
+        if not self._stopping:  # the writer died: a new one, with every trace pending
+            self.send(b"")
+
+    def stop(self) -> None:
+        """Close the writer's input, wait for it to write what it has; write in this process
+        whatever it did not acknowledge."""
+        with self._lock:
+            self._stopping = True
+            proc, acks = self._proc, self._acks
+            if proc is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                acks.join(10)
+        with self.store._lock:
+            left = [(tid, data) for tid, (data, _) in self.store._pending.items()]
+        if left:
+            self.prunes_here = True
+        for tid, data in left:
+            try:
+                self.store.write(tid, data)
+                self.store._written(tid, None)
+            except FileExistsError:
+                self.store._written(tid, None)
+            except (OSError, TypeError, ValueError) as exc:
+                self.store._written(tid, getattr(exc, "strerror", None) or str(exc))
+
+
+def _frame(trace_id: str, text: str) -> bytes:
+    tid, body = trace_id.encode(), text.encode()
+    return struct.pack("!II", len(tid), len(body)) + tid + body
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def writer_main(argv: list[str]) -> None:
+    """The writer process: frames from stdin written as files (`TraceStore.store`, which
+    also deletes the oldest), a batch of acknowledgements on stdout after each read. It
+    ignores Ctrl-C (the terminal sends it to the server's whole process group): it stops when
+    its input ends, having written everything it was sent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    folder, keep, mode = argv
+    store = TraceStore(folder, int(keep), shared=mode == "shared")
+    source, out = sys.stdin.buffer.fileno(), sys.stdout.buffer
+    buf = bytearray()
+    while chunk := os.read(source, 1 << 20):
+        buf += chunk
+        acks, at = [], 0
+        while len(buf) - at >= 8:
+            n_id, n_body = struct.unpack_from("!II", buf, at)
+            if len(buf) - at < 8 + n_id + n_body:
+                break
+            trace_id = buf[at + 8:at + 8 + n_id].decode()
+            body = bytes(buf[at + 8 + n_id:at + 8 + n_id + n_body])
+            at += 8 + n_id + n_body
+            try:
+                store.store(trace_id, body)
+                acks.append(f"{trace_id} ok\n")
+            except FileExistsError:  # sent again after a restart: it is there
+                acks.append(f"{trace_id} ok\n")
+            except (OSError, ValueError) as exc:
+                why = str(getattr(exc, "strerror", None) or exc).replace("\n", " ")
+                acks.append(f"{trace_id} {why}\n")
+        del buf[:at]
+        if acks:
+            out.write("".join(acks).encode())
+            out.flush()
 
 
 def _create(path: Path, text: bytes) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import stat
 import threading
 import time
@@ -142,6 +143,15 @@ def test_unknown_worker_is_400(http):
     assert err["param"] == "workers" and "nobody" in err["message"] and "adder" in err["message"]
 
 
+def written(path, timeout: float = 10.0):
+    """`path` once the trace writer has written it (it writes after the answer)."""
+    deadline = time.monotonic() + timeout
+    while not path.is_file():
+        assert time.monotonic() < deadline, f"{path} was not written within {timeout} s"
+        time.sleep(0.02)
+    return path
+
+
 def test_trace_by_id(client, http, server):
     raw = client.chat.completions.with_raw_response.create(
         model="podium", messages=[{"role": "system", "content": "Be exact."},
@@ -156,7 +166,7 @@ def test_trace_by_id(client, http, server):
     assert resp.status_code == 200
     trace = resp.json()
     path = server.config.trace_dir / f"{tid}.json"
-    stored = json.loads(path.read_text())
+    stored = json.loads(written(path).read_text())
     assert stored.pop("owner").startswith("key-") and trace == stored  # the owner stays inside
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert trace["id"] == tid and trace["answer"] == reply.choices[0].message.content
@@ -238,6 +248,42 @@ def test_trace_store_writes_queued_traces_off_the_caller(tmp_path, caplog):
     assert f"trace {bad} could not be written" in caplog.text
     with pytest.raises(ValueError):
         store.put("../x", {})
+
+
+def test_a_killed_trace_writer_is_replaced_and_loses_nothing(tmp_path, caplog):
+    """Fault injection: the writer process is killed with traces in flight, and is sent
+    Ctrl-C's SIGINT (which it ignores); every trace still ends up on disk, once."""
+    store = TraceStore(tmp_path / "t", keep=50)
+    first = [new_id() for _ in range(5)]
+    done = [store.put(tid, {"n": i}) for i, tid in enumerate(first)]
+    assert all(f.result(20) for f in done)
+    writer = store._writer._proc
+    writer.send_signal(signal.SIGINT)  # ignored: it stops only when its input ends
+    time.sleep(0.2)
+    assert writer.poll() is None
+    writer.send_signal(signal.SIGSTOP)  # traces sent now wait in its pipe...
+    stuck = [new_id() for _ in range(3)]
+    done = [store.put(tid, {"n": i}) for i, tid in enumerate(stuck)]
+    time.sleep(0.2)
+    writer.kill()  # ...and die with it: a new writer gets them, with no further put
+    assert all(f.result(20) for f in done)
+    later = [new_id() for _ in range(5)]
+    done = [store.put(tid, {"n": i}) for i, tid in enumerate(later)]
+    store.close()
+    assert all(f.result(0) for f in done)
+    on_disk = sorted(p.stem for p in (tmp_path / "t").iterdir())
+    assert on_disk == sorted(first + stuck + later)
+    assert "the trace writer process stopped" in caplog.text
+
+
+def test_a_trace_the_writer_cannot_write_is_logged_and_reported(tmp_path, caplog):
+    store = TraceStore(tmp_path / "t", keep=5)
+    shutil.rmtree(tmp_path / "t")
+    (tmp_path / "t").write_text("not a folder")  # every write fails (not a directory)
+    tid = new_id()
+    assert store.put(tid, {"n": 1}).result(20) is False
+    store.close()
+    assert f"trace {tid} could not be written" in caplog.text
 
 
 # --- errors ---------------------------------------------------------------------------------
