@@ -21,8 +21,8 @@ the GIL and must take it back from an event loop that is busy, and with a thread
 hand-overs cost the serving process about as much CPU as a whole request's pipeline does
 (benchmarks/README.md, serve.py). A sender thread wakes once per batch of queued traces,
 serialises them and sends them down a pipe in one write; the writer process writes the files,
-deletes the oldest, and acknowledges each trace on its stdout (a thread here reads them and
-completes `put`'s future). A writer process that dies is replaced and sent every trace still
+deletes the oldest, and acknowledges the traces on its stdout, a batch at most every
+`ACK_EVERY_S` (a thread here reads them and completes `put`'s futures). A writer process that dies is replaced and sent every trace still
 unacknowledged; `close` lets it finish, and writes in this process any trace it did not
 acknowledge (the server calls it at shutdown).
 
@@ -42,11 +42,13 @@ import logging
 import os
 import queue
 import re
+import select
 import signal
 import struct
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections import deque
 from concurrent.futures import Future
@@ -58,6 +60,7 @@ log = logging.getLogger("podium.serve")
 
 ID = re.compile(r"^tr-[0-9a-f]{32}$")
 RESCAN = 16
+ACK_EVERY_S = 0.01
 
 
 def new_id() -> str:
@@ -345,17 +348,34 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def writer_main(argv: list[str]) -> None:
     """The writer process: frames from stdin written as files (`TraceStore.store`, which
-    also deletes the oldest), a batch of acknowledgements on stdout after each read. It
-    ignores Ctrl-C (the terminal sends it to the server's whole process group): it stops when
-    its input ends, having written everything it was sent."""
+    also deletes the oldest), their acknowledgements on stdout at most every `ACK_EVERY_S`
+    (so that the server's reader wakes for batches, not for each trace). It ignores Ctrl-C
+    (the terminal sends it to the server's whole process group): it stops when its input
+    ends, having written everything it was sent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     folder, keep, mode = argv
     store = TraceStore(folder, int(keep), shared=mode == "shared")
     source, out = sys.stdin.buffer.fileno(), sys.stdout.buffer
-    buf = bytearray()
-    while chunk := os.read(source, 1 << 20):
+    buf, acks, sent = bytearray(), [], time.monotonic()
+
+    def flush() -> None:
+        nonlocal sent
+        if acks:
+            out.write("".join(acks).encode())
+            out.flush()
+            acks.clear()
+        sent = time.monotonic()
+
+    while True:
+        wait = None if not acks else max(0.0, ACK_EVERY_S - (time.monotonic() - sent))
+        if not select.select([source], [], [], wait)[0]:
+            flush()
+            continue
+        chunk = os.read(source, 1 << 20)
+        if not chunk:
+            break
         buf += chunk
-        acks, at = [], 0
+        at = 0
         while len(buf) - at >= 8:
             n_id, n_body = struct.unpack_from("!II", buf, at)
             if len(buf) - at < 8 + n_id + n_body:
@@ -372,9 +392,9 @@ def writer_main(argv: list[str]) -> None:
                 why = str(getattr(exc, "strerror", None) or exc).replace("\n", " ")
                 acks.append(f"{trace_id} {why}\n")
         del buf[:at]
-        if acks:
-            out.write("".join(acks).encode())
-            out.flush()
+        if time.monotonic() - sent >= ACK_EVERY_S:
+            flush()
+    flush()
 
 
 def _create(path: Path, text: bytes) -> None:
