@@ -17,14 +17,15 @@ The server hands traces over with `put`, which returns at once, and `read` serve
 that is still waiting from memory, so an id returned with an answer can be fetched straight
 away. The files are written by a writer process of their own (`writer_main`, started at the
 first `put`), not by a thread of the server's: every system call of a file write releases
-the GIL and must take it back from an event loop that is busy, and with a thread those
-hand-overs cost the serving process about as much CPU as a whole request's pipeline does
-(benchmarks/README.md, serve.py). A sender thread wakes once per batch of queued traces,
-serialises them and sends them down a pipe in one write; the writer process writes the files,
+the GIL, and a thread must then take it back from a busy event loop; those hand-overs cost
+the server about 1 ms of CPU a request, half of what the pipeline itself costs
+(benchmarks/README.md, serve.py). `put` serialises the trace and writes it into the pipe to
+the writer process itself (one non-blocking system call, no thread woken); only when the pipe
+is full does a sender thread take over (`_Writer`). The writer process writes the files,
 deletes the oldest, and acknowledges the traces on its stdout, a batch at most every
-`ACK_EVERY_S` (a thread here reads them and completes `put`'s futures). A writer process that dies is replaced and sent every trace still
-unacknowledged; `close` lets it finish, and writes in this process any trace it did not
-acknowledge (the server calls it at shutdown).
+`ACK_EVERY_S` (a thread here reads them and completes `put`'s futures). A writer process that
+dies is replaced and sent every trace still unacknowledged; `close` lets it finish, and
+writes in this process any trace it did not acknowledge (the server calls it at shutdown).
 
 `shared=True` is for a folder that several server processes write (`podium serve
 --processes N`): each process re-reads the folder's order every `RESCAN` writes it makes and
@@ -79,8 +80,6 @@ class TraceStore:
         self._prune()
         self._writes = 0
         self._pending: dict[str, tuple[dict, Future]] = {}
-        self._queue: queue.SimpleQueue[tuple[str, dict] | None] = queue.SimpleQueue()
-        self._sender: threading.Thread | None = None
         self._writer = _Writer(self)
 
     def _scan(self) -> deque[str]:
@@ -123,50 +122,24 @@ class TraceStore:
             self._prune()
 
     def put(self, trace_id: str, data: dict) -> Future:
-        """Queue a trace for the writer process; it is readable at once from this process.
-        The future is done (True, or False when it could not be written) once the file is."""
+        """Hand a trace to the writer process; it is readable at once from this process. The
+        future is done (True, or False when it could not be written) once the file is."""
         if self.path(trace_id) is None:
             raise ValueError(f"not a trace id: {trace_id!r}")
         written: Future = Future()
         with self._lock:
             self._pending[trace_id] = (data, written)
-            if self._sender is None:
-                self._sender = threading.Thread(target=self._send_queued,
-                                                name="podium-traces", daemon=True)
-                self._sender.start()
-        self._queue.put((trace_id, data))
+        try:
+            frame = _frame(trace_id, json.dumps(data, ensure_ascii=False))
+        except (TypeError, ValueError) as exc:
+            self._written(trace_id, str(exc))
+        else:
+            self._writer.offer(frame)
         return written
 
     def close(self) -> None:
-        """Write every queued trace, then stop the sender thread and the writer process."""
-        with self._lock:
-            sender, self._sender = self._sender, None
-        if sender is not None:
-            self._queue.put(None)
-            sender.join()
-
-    def _send_queued(self) -> None:
-        """The sender thread: everything queued since it last woke, serialised and sent to
-        the writer process in one write."""
-        while True:
-            batch = [self._queue.get()]
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    batch.append(self._queue.get_nowait())
-            frames = []
-            for item in batch:
-                if item is None:
-                    continue
-                trace_id, data = item
-                try:
-                    frames.append(_frame(trace_id, json.dumps(data, ensure_ascii=False)))
-                except (TypeError, ValueError) as exc:
-                    self._written(trace_id, str(exc))
-            if frames:
-                self._writer.send(b"".join(frames))
-            if None in batch:
-                self._writer.stop()
-                return
+        """Write every trace handed over, then stop the writer process."""
+        self._writer.stop()
 
     def _written(self, trace_id: str, error: str | None) -> None:
         """The writer's word on one trace: on disk (error None), or not, and why."""
@@ -237,12 +210,16 @@ WRITER = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents
 
 
 class _Writer:
-    """The writer process (`writer_main` with FOLDER KEEP shared|alone) and the
-    thread that reads its acknowledgements. Frames go in on its stdin; for each trace a line
-    `ID ok` or `ID <why not>` comes back on its stdout, a batch at a time. A writer that dies
-    is started again and sent every trace still pending (one already on disk is
-    acknowledged, not written twice); at `stop` a trace it never acknowledged is written in
-    this process."""
+    """The writer process (`writer_main` with FOLDER KEEP shared|alone), the pipe to it and
+    the thread that reads its acknowledgements.
+
+    `offer` writes a frame straight into the pipe (non-blocking, from the caller's thread:
+    one system call, no thread woken). When the pipe is full, or there is no live writer
+    process yet, the frame goes to a backlog that the sender thread writes, blocking; until
+    the backlog is empty every frame joins it, so frames never interleave. For each trace a
+    line `ID ok` or `ID <why not>` comes back, in batches. A writer process that dies is
+    started again and sent every trace still pending (one already on disk is acknowledged,
+    not written twice); at `stop` a trace it never acknowledged is written in this process."""
 
     def __init__(self, store: TraceStore) -> None:
         self.store = store
@@ -250,77 +227,122 @@ class _Writer:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._acks: threading.Thread | None = None
+        self._backlog: list[bytes] = []
+        self._draining = False  # the sender thread owns the pipe until the backlog is empty
+        self._wake: queue.SimpleQueue[bool] = queue.SimpleQueue()  # False: stop
+        self._sender: threading.Thread | None = None
         self._stopping = False
+
+    def offer(self, frame: bytes) -> None:
+        with self._lock:
+            if not self._draining and self._proc is not None and \
+                    self._proc.returncode is None:  # (the ack thread reaps a writer that died)
+                try:
+                    done = os.write(self._proc.stdin.fileno(), frame)
+                except BlockingIOError:
+                    done = 0
+                except OSError:
+                    done = None  # the writer died: the sender restarts it
+                if done == len(frame):
+                    return
+                if done:
+                    frame = frame[done:]
+            self._backlog.append(frame)
+            self._drain()
+
+    def _alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _drain(self) -> None:
+        """(under the lock) Let the sender thread write the backlog."""
+        self._draining = True
+        if self._sender is None:
+            self._sender = threading.Thread(target=self._send, name="podium-traces",
+                                            daemon=True)
+            self._sender.start()
+        self._wake.put(True)
+
+    def _send(self) -> None:
+        """The sender thread: writes the backlog, blocking, until it is empty; starts a
+        writer process when there is none, or a new one (sent every pending trace) when it
+        died."""
+        running = True
+        while running:
+            running = self._wake.get()
+            while True:
+                with self._lock:
+                    if not self._alive():
+                        if self._proc is not None:
+                            log.warning("the trace writer process stopped (code %s); "
+                                        "starting another", self._proc.returncode)
+                        self._start()
+                        self._backlog = [self._pending_frames()]
+                    chunks, self._backlog = self._backlog, []
+                    if not chunks:
+                        self._draining = False
+                        break
+                    fd = self._proc.stdin.fileno()
+                try:
+                    _write_all(fd, b"".join(chunks))
+                except OSError:
+                    continue  # it died: the next round starts another
+            if not running:
+                return
 
     def _start(self) -> None:
         self._proc = subprocess.Popen(
             [sys.executable, "-c", WRITER, str(self.store.folder), str(self.store.keep),
              "shared" if self.store.shared else "alone"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        fd = self._proc.stdin.fileno()
+        os.set_blocking(fd, False)
+        with contextlib.suppress(ImportError, AttributeError, OSError):
+            import fcntl
+
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)  # Linux: room for ~1 MB of traces
         self._acks = threading.Thread(target=self._read_acks, args=(self._proc,),
                                       name="podium-trace-acks", daemon=True)
         self._acks.start()
 
-    def send(self, frames: bytes) -> None:
-        with self._lock:
-            if self._stopping:
-                return  # stop() writes what is pending
-            if self._proc is not None and self._proc.poll() is None:
-                try:
-                    _write_all(self._proc.stdin.fileno(), frames)
-                    return
-                except OSError:
-                    self._proc.kill()
-                    self._proc.wait()
-            if self._proc is not None:
-                log.warning("the trace writer process stopped (code %s); starting another",
-                            self._proc.returncode)
-            for _ in range(2):  # a new writer gets every pending trace, these among them
-                self._start()
-                if self._resend_pending():
-                    return
-                self._proc.kill()
-                self._proc.wait()
-            log.error("the trace writer process could not be started; the traces pending "
-                      "are written when the server stops")
-
-    def _resend_pending(self) -> bool:
-        """Send every pending trace to a new writer; False when that failed as well."""
+    def _pending_frames(self) -> bytes:
         with self.store._lock:
             pending = [(tid, data) for tid, (data, _) in self.store._pending.items()]
         frames = []
         for tid, data in pending:
             with contextlib.suppress(TypeError, ValueError):
                 frames.append(_frame(tid, json.dumps(data, ensure_ascii=False)))
-        try:
-            _write_all(self._proc.stdin.fileno(), b"".join(frames))
-            return True
-        except OSError:
-            return False
+        return b"".join(frames)
 
     def _read_acks(self, proc: subprocess.Popen) -> None:
         for line in proc.stdout:
             trace_id, _, status = line.decode("utf-8", "replace").rstrip("\n").partition(" ")
             self.store._written(trace_id, None if status == "ok" else status)
         proc.wait()
-        if not self._stopping:  # the writer died: a new one, with every trace pending
-            self.send(b"")
+        with self._lock:
+            if not self._stopping and proc is self._proc:  # died: a new one, every trace
+                self._drain()                              # pending sent to it
 
     def stop(self) -> None:
-        """Close the writer's input, wait for it to write what it has; write in this process
-        whatever it did not acknowledge."""
+        """Let the sender thread write the backlog, close the writer's input, wait for it to
+        write what it has; write in this process whatever it did not acknowledge."""
+        with self._lock:
+            sender = self._sender
+            if sender is not None:
+                self._wake.put(False)
+        if sender is not None:
+            sender.join()
         with self._lock:
             self._stopping = True
             proc, acks = self._proc, self._acks
-            if proc is not None:
-                with contextlib.suppress(OSError):
-                    proc.stdin.close()
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                acks.join(10)
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            acks.join(10)
         with self.store._lock:
             left = [(tid, data) for tid, (data, _) in self.store._pending.items()]
         if left:
@@ -341,9 +363,13 @@ def _frame(trace_id: str, text: str) -> bytes:
 
 
 def _write_all(fd: int, data: bytes) -> None:
+    """All of `data` to the non-blocking `fd`, waiting while it is full."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            select.select([], [fd], [])
 
 
 def writer_main(argv: list[str]) -> None:

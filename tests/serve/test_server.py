@@ -276,6 +276,26 @@ def test_a_killed_trace_writer_is_replaced_and_loses_nothing(tmp_path, caplog):
     assert "the trace writer process stopped" in caplog.text
 
 
+def test_a_full_pipe_never_blocks_put(tmp_path):
+    """With the writer process stopped, 4 MB of traces overflow the pipe to it: `put` still
+    returns at once (the sender thread holds the rest), every trace is readable meanwhile,
+    and all are written once the writer runs again."""
+    store = TraceStore(tmp_path / "t", keep=50)
+    assert store.put(new_id(), {"n": -1}).result(20)
+    writer = store._writer._proc
+    writer.send_signal(signal.SIGSTOP)
+    tids = [new_id() for _ in range(20)]
+    t0 = time.monotonic()
+    done = [store.put(tid, {"n": i, "pad": "x" * 200_000}) for i, tid in enumerate(tids)]
+    assert time.monotonic() - t0 < 2
+    assert store._writer._draining and store.read(tids[-1])["n"] == 19
+    writer.send_signal(signal.SIGCONT)
+    assert all(f.result(30) for f in done)
+    store.close()
+    assert all(json.loads((tmp_path / "t" / f"{tid}.json").read_text())["n"] == i
+               for i, tid in enumerate(tids))
+
+
 def test_a_trace_the_writer_cannot_write_is_logged_and_reported(tmp_path, caplog):
     store = TraceStore(tmp_path / "t", keep=5)
     shutil.rmtree(tmp_path / "t")
