@@ -8,11 +8,12 @@ for up to --graceful-timeout seconds, then closes the pipeline.
 
 With `--processes N` (N > 1) `podium.serve.processes` starts N server processes, each
 listening on the port with a socket of its own (SO_REUSEPORT: the kernel spreads connections
-over them), restarting one that dies; SIGTERM stops them all, each as above. One process runs the event loop and the
-pipeline on one core, so on a machine with cores to spare more processes serve more requests
-at once. Each process builds its own pipeline from the same settings (passed in the
-environment variable `PODIUM_SERVE_ARGS`, without the keys: each process reads them from
---api-key-env / --api-key-file itself), so the limits are split (`per_process`):
+over them), restarting one that dies; SIGTERM stops them all, each as above. One process runs
+the event loop and the pipeline on one core, so on a machine with cores to spare more
+processes serve more requests at once. Each process builds its own pipeline from the same
+settings (passed in the environment variable `PODIUM_SERVE_ARGS`, without the keys: each
+process reads them from --api-key-env / --api-key-file itself), so the limits are split
+(`per_process`):
 
 * a remote worker's or Conductor's `max_concurrency`, `rpm` and `tpm` (openai, anthropic,
   gemini backends) and --max-concurrency are divided by N, rounded down and at least 1, so

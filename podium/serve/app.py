@@ -21,13 +21,14 @@ One request, top to bottom (`chat`): check the key, read the body (refused past
 `max_request_bytes` while it is read, not after), validate it (`protocol`), name the sub-pool,
 take a run slot (429 when `max_concurrency` runs are in flight: the server never queues
 work it cannot start), run the pipeline as a task whose progress events feed the stream (a
-request that does not stream gets none made), hand the trace to the store's writer thread,
+request that does not stream gets none made), hand the trace to the store's writer process,
 answer.
 
 One `Pipeline` serves every request, so each worker's concurrency limit holds across all of
 them (with `podium serve --processes N`, across the requests of one process: the command
-gives each process its share of the limits). A request that changes run settings (recursion, budgets) gets a shallow copy of it with
-those settings: the same clients, cache, Team (its semaphores) and Conductor.
+gives each process its share of the limits). A request that changes run settings
+(recursion, budgets) gets a shallow copy of it with those settings: the same clients, cache,
+Team (its semaphores) and Conductor.
 
 Every error is an OpenAI-style body (`podium.serve.errors`). A client that goes away while a
 streamed answer is running cancels its run; a non-streamed run finishes and keeps its trace.
@@ -433,7 +434,7 @@ def _start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces:
         data = {"id": tid, "created": int(time.time()), "model": req.model, "stream": req.stream,
                 "options": opts.model_dump(exclude_none=True), **result.to_json(),
                 **({"owner": owner} if owner else {})}
-        written = traces.put(tid, data)  # written by the store's thread, readable at once
+        written = traces.put(tid, data)  # written by the store's process, readable at once
         if traces.shared and opts.return_trace_id:  # readable from every process once written
             await asyncio.wrap_future(written)
         log.info("%s: %s, %d calls, %.1fs", tid, "answered" if result.answer is not None

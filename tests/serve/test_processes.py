@@ -74,7 +74,8 @@ def test_processes_share_the_port_and_the_traces_and_stop_gracefully(pool_file, 
         for tid, i in zip(ids, range(16), strict=True):  # from whichever process answers
             trace = httpx.get(f"{srv.base}/v1/traces/{tid}", trust_env=False,
                               headers={"Authorization": f"Bearer {KEY}"})
-            assert trace.status_code == 200 and trace.json()["answer"] == f"<answer>{i + 1}</answer>"
+            assert trace.status_code == 200
+            assert trace.json()["answer"] == f"<answer>{i + 1}</answer>"
         listed = httpx.get(f"{srv.base}/traces", trust_env=False, auth=("", KEY)).text
         assert all(tid in listed for tid in ids)  # every process's traces, on either's page
 
