@@ -13,7 +13,9 @@ Modules, in the order a request meets them:
                   built from the conversation
     app.py        the FastAPI app: routes, body limit, run slots (429), the pipeline run, SSE
     responses.py  completion bodies, stream chunks, progress lines, no-answer errors
-    traces.py     every request's trace, owner-only, newest N kept, served by id
+    traces.py     every request's trace, owner-only, newest N kept, served by id; written by
+                  a writer process of its own
+    processes.py  `--processes N`: server processes on one port, one socket each
     errors.py     OpenAI-style error bodies
 
 This package needs the `serve` extra (fastapi, uvicorn); nothing outside it imports fastapi.
@@ -27,7 +29,7 @@ __all__ = ["MODEL", "ServeConfig", "create_app"]
 
 def __getattr__(name: str):
     """The app's names, imported on first use: the trace writer process
-    (`python -m podium.serve.traces`) imports this package without FastAPI."""
+    (`podium.serve.traces.writer_main`) imports this package without FastAPI."""
     if name in __all__:
         from podium.serve import app
 
