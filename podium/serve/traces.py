@@ -293,7 +293,8 @@ class _Writer:
         self._proc = subprocess.Popen(
             [sys.executable, "-c", WRITER, str(self.store.folder), str(self.store.keep),
              "shared" if self.store.shared else "alone"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
+            start_new_session=True)  # a terminal's Ctrl-C goes to the server, not to it
         fd = self._proc.stdin.fileno()
         os.set_blocking(fd, False)
         with contextlib.suppress(ImportError, AttributeError, OSError):
@@ -375,9 +376,10 @@ def _write_all(fd: int, data: bytes) -> None:
 def writer_main(argv: list[str]) -> None:
     """The writer process: frames from stdin written as files (`TraceStore.store`, which
     also deletes the oldest), their acknowledgements on stdout at most every `ACK_EVERY_S`
-    (so that the server's reader wakes for batches, not for each trace). It ignores Ctrl-C
-    (the terminal sends it to the server's whole process group): it stops when its input
-    ends, having written everything it was sent."""
+    (so that the server's reader wakes for batches, not for each trace). It runs in a
+    session of its own and ignores SIGINT, so a terminal's Ctrl-C, which goes to the
+    server's whole process group, stops the server, not it: it stops when its input ends,
+    having written everything it was sent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     folder, keep, mode = argv
     store = TraceStore(folder, int(keep), shared=mode == "shared")
