@@ -387,11 +387,14 @@ def writer_main(argv: list[str]) -> None:
     buf, acks, sent = bytearray(), [], time.monotonic()
 
     def flush() -> None:
-        nonlocal sent
-        if acks:
-            out.write("".join(acks).encode())
-            out.flush()
-            acks.clear()
+        nonlocal sent, out
+        if acks and out is not None:
+            try:
+                out.write("".join(acks).encode())
+                out.flush()
+            except OSError:  # the server is gone: keep writing what it sent, unacknowledged
+                out = None
+        acks.clear()
         sent = time.monotonic()
 
     while True:

@@ -9,6 +9,8 @@ import os
 import shutil
 import signal
 import stat
+import subprocess
+import sys
 import threading
 import time
 
@@ -17,7 +19,7 @@ import openai
 import pytest
 from serve_helpers import KEY, OTHER_KEY, ThreadServer, auth
 
-from podium.serve.traces import TraceStore, new_id
+from podium.serve.traces import WRITER, TraceStore, _frame, new_id
 
 Q = "What is 2 + 5?"
 
@@ -294,6 +296,19 @@ def test_a_full_pipe_never_blocks_put(tmp_path):
     store.close()
     assert all(json.loads((tmp_path / "t" / f"{tid}.json").read_text())["n"] == i
                for i, tid in enumerate(tids))
+
+
+def test_the_writer_writes_all_it_was_sent_when_the_server_is_gone(tmp_path):
+    """The server killed: nobody reads the acknowledgements and the input ends; the writer
+    process still writes every trace it received, and exits cleanly."""
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path / "t"), "10", "alone"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc.stdout.close()
+    tids = [new_id() for _ in range(5)]
+    proc.stdin.write(b"".join(_frame(t, json.dumps({"n": i})) for i, t in enumerate(tids)))
+    proc.stdin.close()
+    assert proc.wait(20) == 0
+    assert sorted(p.stem for p in (tmp_path / "t").iterdir()) == sorted(tids)
 
 
 def test_a_trace_the_writer_cannot_write_is_logged_and_reported(tmp_path, caplog):
