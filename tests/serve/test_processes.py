@@ -1,5 +1,7 @@
 """`podium serve --processes N`: several server processes on one port, sharing the trace
-folder, each with its share of the pool's limits, all stopped gracefully by one SIGTERM."""
+folder, each with its share of the pool's limits, all stopped gracefully by one SIGTERM; a
+port in use refused, never shared; a process that cannot start stops the server, one that
+keeps dying is given up on."""
 
 from __future__ import annotations
 
