@@ -100,25 +100,40 @@ def test_processes_share_the_port_and_the_traces_and_stop_gracefully(pool_file, 
 
 
 @pytest.mark.parametrize("shared", [True, False])
-def test_a_shared_folder_has_the_trace_before_its_id_is_returned(pool_file, tmp_path,
-                                                                 monkeypatch, shared):
+def test_a_shared_folder_has_the_trace_before_its_id_is_returned(pool_file, tmp_path, shared):
     """Another process can read only what is on disk: with a shared folder the answer that
-    returns a trace id waits for the file (here made slow to write); alone, it does not."""
-    create = trace_store._create
-
-    def slow_create(path, text):
-        time.sleep(0.5)
-        create(path, text)
-
-    monkeypatch.setattr(trace_store, "_create", slow_create)
-    with ThreadServer(pool_file, tmp_path / "traces", keys=("sk-shared-test-1b2c3d4e",),
+    returns a trace id waits until the writer process has written the file (here: stopped,
+    then let go); alone, it does not wait."""
+    key = "sk-shared-test-1b2c3d4e"
+    with ThreadServer(pool_file, tmp_path / "traces", keys=(key,),
                       shared_traces=shared) as srv:
-        reply = httpx.post(f"{srv.base}/v1/chat/completions", trust_env=False, timeout=30,
-                           headers=auth("sk-shared-test-1b2c3d4e"),
-                           json={"model": "podium", "return_trace_id": True,
-                                 "messages": [{"role": "user", "content": "What is 2 + 2?"}]})
-        tid = reply.headers["x-podium-trace-id"]
-        assert (tmp_path / "traces" / f"{tid}.json").is_file() == shared
+        traces = srv.app.state.traces
+        assert traces.put(trace_store.new_id(), {"n": 0}).result(20)  # the writer is up
+        writer = traces._writer._proc
+        writer.send_signal(signal.SIGSTOP)
+        got: dict = {}
+
+        def ask_for_trace() -> None:
+            got["r"] = httpx.post(f"{srv.base}/v1/chat/completions", trust_env=False,
+                                  timeout=30, headers=auth(key),
+                                  json={"model": "podium", "return_trace_id": True,
+                                        "messages": [{"role": "user",
+                                                      "content": "What is 2 + 2?"}]})
+
+        asking = threading.Thread(target=ask_for_trace)
+        asking.start()
+        try:
+            asking.join(1.0)
+            assert asking.is_alive() == shared  # shared: waiting for the stopped writer
+            if not shared:
+                tid = got["r"].headers["x-podium-trace-id"]
+                assert not (tmp_path / "traces" / f"{tid}.json").exists()
+        finally:
+            writer.send_signal(signal.SIGCONT)
+        asking.join(30)
+        tid = got["r"].headers["x-podium-trace-id"]
+        if shared:  # answered only now, with the file there
+            assert (tmp_path / "traces" / f"{tid}.json").is_file()
 
 
 @pytest.mark.parametrize("reuse_port", [False, True])
