@@ -62,6 +62,11 @@ class ServeArgs:
     pass_through: bool = False
     processes: int = 1
 
+    @property
+    def runs_per_process(self) -> int:
+        """Each process's share of --max-concurrency (at least 1)."""
+        return max(1, self.max_concurrency // self.processes)
+
 
 def _need_extra() -> None:
     try:
@@ -122,7 +127,7 @@ def _app(args: ServeArgs, keys: tuple[str, ...], team: Pool):
 
     team, _ = per_process(team, args.processes)
     settings = team.run.model_copy(update={"cache": False}) if args.no_cache else team.run
-    config = ServeConfig(keys=keys, max_concurrency=max(1, args.max_concurrency // args.processes),
+    config = ServeConfig(keys=keys, max_concurrency=args.runs_per_process,
                          max_request_bytes=args.max_request_bytes, trace_dir=args.trace_dir,
                          trace_keep=args.trace_keep, pass_through=args.pass_through,
                          shared_traces=args.processes > 1)
@@ -160,7 +165,7 @@ def _banner(args: ServeArgs, keys: tuple[str, ...], team: Pool) -> str:
     if args.processes > 1:
         _, notes = per_process(team, args.processes)
         line += (f" · {args.processes} processes, each with its share of the limits "
-                 f"({max(1, args.max_concurrency // args.processes)} runs in flight)")
+                 f"({args.runs_per_process} runs in flight)")
         if args.max_concurrency < args.processes:
             notes.append(f"--max-concurrency {args.max_concurrency} is below --processes "
                          f"{args.processes}: each process runs 1, {args.processes} in all")

@@ -245,7 +245,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     # The two routes that run the pipeline are plain Starlette routes: no dependency solving
     # and no response model on the path every request takes.
     async def chat(request: Request):
-        owner = check(request.headers.get("authorization"))
+        owner = await auth(request)
         req, opts = parse_body(await _read_body(request, config.max_request_bytes))
         cid, tid, created = f"chatcmpl-{uuid.uuid4().hex}", new_id(), int(time.time())
         run, headers, shown_tid = begin(req, opts, question_of(req.messages), tid, owner)
@@ -258,7 +258,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                             headers=headers)
 
     async def responses(request: Request):
-        owner = check(request.headers.get("authorization"))
+        owner = await auth(request)
         req, opts, messages = RA.parse_responses_body(
             await _read_body(request, config.max_request_bytes))
         ids, tid, created = RA.new_ids(), new_id(), int(time.time())

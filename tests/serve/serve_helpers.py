@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -152,6 +153,26 @@ class CliServer:
                 self.proc.kill()
                 self.proc.wait()
         self._fh.close()
+
+
+def sigterm_with_a_request_in_flight(srv: CliServer, key: str) -> httpx.Response:
+    """Ask the one-second `slow` worker, send the server SIGTERM while the request runs, and
+    return the answer the client got."""
+    got: dict = {}
+
+    def ask() -> None:
+        got["r"] = httpx.post(f"{srv.base}/v1/chat/completions", timeout=30, trust_env=False,
+                              headers={"Authorization": f"Bearer {key}"},
+                              json={"model": "podium", "workers": ["slow"],
+                                    "messages": [{"role": "user",
+                                                  "content": "What is 20 + 22?"}]})
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    time.sleep(0.4)  # the slow worker takes 1 s: the request is in flight
+    srv.proc.send_signal(signal.SIGTERM)
+    thread.join(30)
+    return got["r"]
 
 
 def eval_blackbox(spec: str, data, out, env: dict | None = None):

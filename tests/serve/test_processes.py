@@ -17,7 +17,13 @@ import time
 
 import httpx
 import pytest
-from serve_helpers import CliServer, ThreadServer, auth, podium_cli
+from serve_helpers import (
+    CliServer,
+    ThreadServer,
+    auth,
+    podium_cli,
+    sigterm_with_a_request_in_flight,
+)
 
 from podium.cli.serve import ARGS_ENV, ServeArgs, _banner, per_process
 from podium.config import pool_from_dict
@@ -81,15 +87,9 @@ def test_processes_share_the_port_and_the_traces_and_stop_gracefully(pool_file, 
         listed = httpx.get(f"{srv.base}/traces", trust_env=False, auth=("", KEY)).text
         assert all(tid in listed for tid in ids)  # every process's traces, on either's page
 
-        got: dict = {}
-        slow = threading.Thread(target=lambda: got.update(r=ask(srv, "What is 20 + 22?",
-                                                                workers=["slow"])))
-        slow.start()
-        time.sleep(0.4)  # the slow worker takes 1 s: the request is in flight
-        srv.proc.send_signal(signal.SIGTERM)
-        slow.join(30)
-        assert got["r"].status_code == 200, got["r"].text
-        assert got["r"].json()["choices"][0]["message"]["content"] == "<answer>42</answer>"
+        reply = sigterm_with_a_request_in_flight(srv, KEY)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["choices"][0]["message"]["content"] == "<answer>42</answer>"
         assert srv.proc.wait(30) == 0
     finally:
         srv.stop()

@@ -4,13 +4,11 @@ embedded SmolLM2 team end to end through the official openai client (shapes, not
 from __future__ import annotations
 
 import signal
-import threading
-import time
 
 import httpx
 import openai
 import pytest
-from serve_helpers import CliServer
+from serve_helpers import CliServer, sigterm_with_a_request_in_flight
 
 KEY = "sk-serve-command-test-4d1e88"
 
@@ -21,22 +19,9 @@ def test_sigterm_lets_the_request_in_flight_finish(pool_file, tmp_path):
                     tmp_path / "serve.log", env={"PODIUM_SERVE_KEY": KEY})
     try:
         srv.wait()
-        got: dict = {}
-
-        def ask() -> None:
-            got["r"] = httpx.post(f"{srv.base}/v1/chat/completions", timeout=30, trust_env=False,
-                                  headers={"Authorization": f"Bearer {KEY}"},
-                                  json={"model": "podium", "workers": ["slow"],
-                                        "messages": [{"role": "user",
-                                                      "content": "What is 20 + 22?"}]})
-
-        thread = threading.Thread(target=ask)
-        thread.start()
-        time.sleep(0.4)  # the slow worker takes 1 s: the request is in flight
-        srv.proc.send_signal(signal.SIGTERM)
-        thread.join(30)
-        assert got["r"].status_code == 200, got["r"].text
-        assert got["r"].json()["choices"][0]["message"]["content"] == "<answer>42</answer>"
+        reply = sigterm_with_a_request_in_flight(srv, KEY)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["choices"][0]["message"]["content"] == "<answer>42</answer>"
         # uvicorn re-raises the signal once it has shut down: the process ends by SIGTERM
         assert srv.proc.wait(30) in (0, -signal.SIGTERM)
     finally:
