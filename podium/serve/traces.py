@@ -364,7 +364,7 @@ def _frame(trace_id: str, text: str) -> bytes:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    """All of `data` to the non-blocking `fd`, waiting while it is full."""
+    """All of `data` to `fd` (a file, or the non-blocking pipe: waiting while it is full)."""
     view = memoryview(data)
     while view:
         try:
@@ -433,9 +433,7 @@ def _create(path: Path, text: bytes) -> None:
     with mode 0600 (the umask can only narrow it), in three system calls."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        view = memoryview(text)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, text)
     finally:
         os.close(fd)
 
