@@ -11,7 +11,8 @@ only, and leave the owner field out of what they return.
 
 Ids are `tr-` and 32 hex digits; anything else is refused before a path is built, so an id can
 never name a file outside the folder. The folder keeps the newest `keep` traces: older ones
-are deleted as new ones are written (the order is rebuilt from the files' mtimes at start).
+are deleted as new ones are written (the order is rebuilt at start from the ids, which begin
+with the time they were made: `new_id`).
 
 The server hands traces over with `put`, which returns at once, and `read` serves a trace
 that is still waiting from memory, so an id returned with an answer can be fetched straight
@@ -50,7 +51,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections import deque
 from concurrent.futures import Future
 from pathlib import Path
@@ -64,8 +64,34 @@ RESCAN = 16
 ACK_EVERY_S = 0.01
 
 
+_last_id = [0, 0]  # the millisecond and counter of this process's last id
+_id_lock = threading.Lock()
+
+
 def new_id() -> str:
-    return f"tr-{uuid.uuid4().hex}"
+    """A new trace id: `tr-` and a UUIDv7 (RFC 9562) in 32 hex digits. Its first 12 digits
+    are the time in milliseconds, so the folder's order is in its file names (`_scan` lists
+    the folder without a `stat` per file); a counter keeps one process's ids in order within
+    a millisecond, and 62 random bits keep them unguessable."""
+    ms = time.time_ns() // 1_000_000
+    with _id_lock:
+        last_ms, last_seq = _last_id
+        seq = 0
+        if ms <= last_ms:  # the same millisecond (or the clock went back): count on
+            ms, seq = last_ms, last_seq + 1
+            if seq > 0xFFF:
+                ms, seq = ms + 1, 0
+        _last_id[:] = [ms, seq]
+    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+    return f"tr-{ms:012x}7{seq:03x}{2 << 62 | rand:016x}"
+
+
+def _created(folder: Path, trace_id: str) -> float:
+    """When the trace was made, in seconds: from a UUIDv7 id's time digits, else (an id from
+    an older podium, a UUIDv4) the file's mtime. FileNotFoundError when it is gone."""
+    if trace_id[15] == "7":  # the version digit, after `tr-` and the 12 time digits
+        return int(trace_id[3:15], 16) / 1000
+    return (folder / f"{trace_id}.json").stat().st_mtime
 
 
 class TraceStore:
@@ -83,15 +109,21 @@ class TraceStore:
         self._writer = _Writer(self)
 
     def _scan(self) -> deque[str]:
-        """The ids of the traces in the folder, oldest first (by mtime)."""
+        """The ids of the traces in the folder, oldest first (`_created`)."""
         found = []
-        for p in self.folder.glob("tr-*.json"):
+        try:
+            names = os.listdir(self.folder)
+        except (FileNotFoundError, NotADirectoryError):  # a write says what is wrong
+            names = []
+        for name in names:
+            trace_id = name.removesuffix(".json")
+            if trace_id == name or not ID.match(trace_id):
+                continue
             try:
-                if ID.match(p.stem):
-                    found.append((p.stat().st_mtime, p.stem))
+                found.append((_created(self.folder, trace_id), trace_id))
             except FileNotFoundError:  # deleted by another process meanwhile
                 continue
-        return deque(stem for _, stem in sorted(found))
+        return deque(trace_id for _, trace_id in sorted(found))
 
     def path(self, trace_id: str) -> Path | None:
         """The file of `trace_id`, or None for an id that is not one of ours."""

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 
 import httpx
 import openai
@@ -218,6 +219,23 @@ def test_trace_store_keeps_the_newest(tmp_path):
     again = TraceStore(tmp_path / "t", keep=2)  # the order is rebuilt from the files
     assert sorted(p.stem for p in (tmp_path / "t").iterdir()) == sorted(ids[3:])
     assert again.path("../x") is None and again.path("tr-" + "0" * 31 + "/") is None
+
+
+def test_trace_ids_carry_their_order_and_older_ids_keep_theirs(tmp_path):
+    ids = [new_id() for _ in range(10_000)]  # many within one millisecond
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    folder = tmp_path / "t"
+    store = TraceStore(folder, keep=10)
+    legacy = [f"tr-{uuid.uuid4().hex}" for _ in range(2)]  # ids of an older podium: by mtime
+    new = [new_id() for _ in range(2)]
+    now = time.time()
+    for tid, age in [(legacy[0], 300), (new[0], 0), (legacy[1], 100), (new[1], 0)]:
+        store.write(tid, {})
+        os.utime(folder / f"{tid}.json", (now - age, now - age))
+    os.utime(folder / f"{new[0]}.json", (now - 1000, now - 1000))  # a v7 id's own time wins
+    assert list(TraceStore(folder, keep=10)._scan()) == [legacy[0], legacy[1], *new]
+    TraceStore(folder, keep=2)  # keeps the two newest
+    assert sorted(p.stem for p in folder.iterdir()) == sorted(new)
 
 
 def test_trace_files_are_owner_only_and_a_removed_folder_comes_back(tmp_path):
