@@ -185,7 +185,7 @@ def run_serve(**options) -> int:
 
     team = _team(args)
     options = dict(timeout_graceful_shutdown=args.graceful_timeout, log_level="info",
-                   access_log=True)
+                   access_log=False)  # podium.serve.access writes one line per request
     if args.processes == 1:
         config = uvicorn.Config(_app(args, keys, team), host=args.host, port=args.port,
                                 **options)

@@ -56,6 +56,7 @@ from podium.errors import ConfigError
 from podium.pipeline import Pipeline, RunResult
 from podium.serve import responses as R
 from podium.serve import responses_api as RA
+from podium.serve.access import RUN_NOTE, AccessLog
 from podium.serve.auth import KeyCheck
 from podium.serve.errors import ApiError, bad_request
 from podium.serve.protocol import ChatRequest, Options, parse_body, question_of
@@ -129,6 +130,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                   openapi_url=None)
     app.state.slots = slots
     app.state.traces = traces
+    app.add_middleware(AccessLog)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -214,8 +216,8 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
         return lambda on_event: pipe.run_workflow(question, flow, label=f"worker:{req.model}",
                                                   on_event=on_event)
 
-    def begin(req, opts: Options, question: str, tid: str,
-              owner: str | None) -> tuple[Run, dict, str | None]:
+    def begin(req, opts: Options, question: str, tid: str, owner: str | None,
+              scope: dict) -> tuple[Run, dict, str | None]:
         """Check the model and its options, take a run slot (429 when none is free), start
         the run; the trace-id headers and the id shown in the body (only when asked)."""
         ask = runner(req, opts, question)
@@ -224,7 +226,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                            "(--max-concurrency). Retry after the Retry-After seconds.",
                            code="too_many_requests",
                            headers={"Retry-After": str(config.retry_after_s)})
-        run = _start(ask, names, traces, tid, req, opts, slots, owner)
+        run = _start(ask, names, traces, tid, req, opts, slots, owner, scope)
         if opts.return_trace_id:
             return run, {"X-Podium-Trace-Id": tid}, tid
         return run, {}, None
@@ -248,7 +250,8 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
         owner = await auth(request)
         req, opts = parse_body(await _read_body(request, config.max_request_bytes))
         cid, tid, created = f"chatcmpl-{uuid.uuid4().hex}", new_id(), int(time.time())
-        run, headers, shown_tid = begin(req, opts, question_of(req.messages), tid, owner)
+        run, headers, shown_tid = begin(req, opts, question_of(req.messages), tid, owner,
+                                           request.scope)
         if req.stream:
             include = bool(req.stream_options and req.stream_options.include_usage)
             return streaming(_stream(run, cid, created, req.model, shown_tid, include),
@@ -262,7 +265,8 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
         req, opts, messages = RA.parse_responses_body(
             await _read_body(request, config.max_request_bytes))
         ids, tid, created = RA.new_ids(), new_id(), int(time.time())
-        run, headers, shown_tid = begin(req, opts, RA.question(messages), tid, owner)
+        run, headers, shown_tid = begin(req, opts, RA.question(messages), tid, owner,
+                                           request.scope)
         if req.stream:
             return streaming(_stream_response(run, req, ids, created, shown_tid), headers)
         result = await answered(run, headers)
@@ -415,9 +419,10 @@ def _variant(pipeline: Pipeline, opts: Options) -> Pipeline:
 
 def _start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces: TraceStore,
            tid: str, req: ChatRequest, opts: Options, slots: Slots,
-           owner: str | None = None) -> Run:
+           owner: str | None = None, scope: dict | None = None) -> Run:
     """Start the run as a task; its slot is given back when the task ends, whatever happens
-    to the response."""
+    to the response. The run's outcome goes into the request's access log line (`scope`)."""
+    scope = {} if scope is None else scope
     events: asyncio.Queue = asyncio.Queue()
 
     def on_event(kind: str, obj) -> None:
@@ -426,7 +431,6 @@ def _start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces:
             events.put_nowait(line)
 
     async def go():
-        t0 = time.perf_counter()
         try:
             result = await ask(on_event if req.stream else None)
         except ConfigError as exc:  # the question itself (e.g. text that is not UTF-8)
@@ -437,9 +441,9 @@ def _start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces:
         written = traces.put(tid, data)  # written by the store's process, readable at once
         if traces.shared and opts.return_trace_id:  # readable from every process once written
             await asyncio.wrap_future(written)
-        log.info("%s: %s, %d calls, %.1fs", tid, "answered" if result.answer is not None
-                 else f"no answer ({result.outcome.cause.reason if result.outcome.cause else '?'})",
-                 result.outcome.used.calls, time.perf_counter() - t0)
+        scope[RUN_NOTE] = (f"{tid}: " + ("answered" if result.answer is not None else
+                           f"no answer ({result.outcome.cause.reason if result.outcome.cause else '?'})")
+                           + f", {result.outcome.used.calls} calls")
         return result
 
     task = asyncio.get_running_loop().create_task(go())
