@@ -17,8 +17,9 @@ event loop's load (the direct way at 32 in flight: 316–375 requests/s with `on
 
 For each concurrency C (default 1, 8 and 32) every way runs `--repeats` times, the ways taking
 turns, and the medians are reported: requests per second, p50 / p95 latency, CPU time per
-request (the direct way: this process; served: every process of that server), the server's
-overhead per request (served p50 − direct p50) and the served / direct throughput ratio.
+request (the direct way: this process; served: every process of that server, its trace
+writers included), the server's overhead per request (served p50 − direct p50) and the
+served / direct throughput ratio.
 Both sides run on the event loop the server runs on (uvloop, which uvicorn picks up when the
 `serve` extra installed it; asyncio otherwise). Targets: overhead under 5 ms p50, and no loss
 of throughput at 32 (served ≥ 95% of direct). Where the direct way is itself CPU-bound (short
@@ -199,10 +200,10 @@ async def served(base: str, n: int, concurrency: int, pid: int) -> dict:
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process `pid` and of its child processes (a server's
-    --processes); 0 once it is gone."""
+    """User + system CPU seconds of process `pid` and of every process under it (a server's
+    --processes and each one's trace writer); 0 once it is gone."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
+    parent, used = {}, {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -211,9 +212,17 @@ def cpu_s(pid: int) -> float:
                 fields = fh.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(entry) == pid or int(fields[1]) == pid:  # fields[1]: the parent's pid
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+        parent[int(entry)] = int(fields[1])
+        used[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+
+    def under(p: int) -> bool:
+        while p > 1:
+            if p == pid:
+                return True
+            p = parent.get(p, 0)
+        return False
+
+    return sum(t for p, t in used.items() if under(p))
 
 
 def start_server(pool_file: Path, port: int, traces: Path, log: Path,
