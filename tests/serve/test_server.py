@@ -479,6 +479,25 @@ def test_keys_never_reach_logs_or_traces(server, http, logs, client):
             assert secret not in path.read_text()
 
 
+def test_one_access_line_per_request(http, logs):
+    def lines_for(marker: str) -> list[str]:  # each record is caught on several loggers
+        return sorted({line for line in logs.lines
+                       if line.startswith("podium.serve ") and marker in line})
+
+    resp = http.post("/v1/chat/completions?x=1", json=body(return_trace_id=True),
+                     headers=auth())
+    tid = resp.json()["podium_trace_id"]
+    http.get("/v1/nowhere", headers=auth())
+    http.post("/v1/chat/completions", json=body(workers=["down"]), headers=auth())
+    line, = lines_for(tid)  # the access line carries the run
+    assert line.startswith("podium.serve INFO 127.0.0.1:")
+    assert '"POST /v1/chat/completions HTTP/1.1" 200 ' in line and "x=1" not in line
+    assert line.endswith(f"{tid}: answered, 2 calls")
+    assert any('"GET /v1/nowhere HTTP/1.1" 404 ' in x for x in logs.lines)
+    assert any(x.endswith("no answer (transport), 2 calls")
+               for x in lines_for('"POST /v1/chat/completions HTTP/1.1" 502 '))
+
+
 # --- the command ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, env, expected", [
