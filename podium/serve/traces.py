@@ -10,9 +10,10 @@ owner_of`, a salted hash, never the key): `read_as` and `recent` give a key its 
 only, and leave the owner field out of what they return.
 
 Ids are `tr-` and 32 hex digits; anything else is refused before a path is built, so an id can
-never name a file outside the folder. The folder keeps the newest `keep` traces: older ones
-are deleted as new ones are written (the order is rebuilt at start from the ids, which begin
-with the time they were made: `new_id`).
+never name a file outside the folder. The folder keeps the newest `keep` traces: once it is
+full, each new trace is written into the oldest one's file, renamed (`_recycle`: far cheaper
+than a new file and a deletion), and the order is rebuilt at start from the ids, which begin
+with the time they were made (`new_id`).
 
 The server hands traces over with `put`, which returns at once, and `read` serves a trace
 that is still waiting from memory, so an id returned with an answer can be fetched straight
@@ -39,6 +40,7 @@ be written (`put`'s future) before it returns that trace's id.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -86,14 +88,6 @@ def new_id() -> str:
     return f"tr-{ms:012x}7{seq:03x}{2 << 62 | rand:016x}"
 
 
-def _created(folder: Path, trace_id: str) -> float:
-    """When the trace was made, in seconds: from a UUIDv7 id's time digits, else (an id from
-    an older podium, a UUIDv4) the file's mtime. FileNotFoundError when it is gone."""
-    if trace_id[15] == "7":  # the version digit, after `tr-` and the 12 time digits
-        return int(trace_id[3:15], 16) / 1000
-    return (folder / f"{trace_id}.json").stat().st_mtime
-
-
 class TraceStore:
     def __init__(self, folder: str | Path, keep: int = 1000, *, shared: bool = False) -> None:
         if keep < 1:
@@ -104,26 +98,32 @@ class TraceStore:
         self._lock = threading.Lock()
         self._order: deque[str] = self._scan()
         self._prune()
+        for part in self.folder.glob("*.json.part"):  # left by a writer that was killed
+            part.unlink(missing_ok=True)
         self._writes = 0
         self._pending: dict[str, tuple[dict, Future]] = {}
         self._writer = _Writer(self)
 
     def _scan(self) -> deque[str]:
-        """The ids of the traces in the folder, oldest first (`_created`)."""
-        found = []
+        """The ids of the traces in the folder, oldest first: ids from an older podium
+        (UUIDv4s) by their files' mtimes, then UUIDv7 ids, whose names sort by time."""
         try:
             names = os.listdir(self.folder)
         except (FileNotFoundError, NotADirectoryError):  # a write says what is wrong
             names = []
+        timed, older = [], []
         for name in names:
-            trace_id = name.removesuffix(".json")
-            if trace_id == name or not ID.match(trace_id):
+            trace_id = name[:-5]
+            if len(name) != 40 or not name.endswith(".json") or not ID.match(trace_id):
+                continue
+            if trace_id[15] == "7":  # the version digit, after `tr-` and 12 time digits
+                timed.append(trace_id)
                 continue
             try:
-                found.append((_created(self.folder, trace_id), trace_id))
+                older.append(((self.folder / name).stat().st_mtime, trace_id))
             except FileNotFoundError:  # deleted by another process meanwhile
                 continue
-        return deque(trace_id for _, trace_id in sorted(found))
+        return deque([trace_id for _, trace_id in sorted(older)] + sorted(timed))
 
     def path(self, trace_id: str) -> Path | None:
         """The file of `trace_id`, or None for an id that is not one of ours."""
@@ -137,15 +137,21 @@ class TraceStore:
 
     def store(self, trace_id: str, text: bytes) -> None:
         """Write one serialised trace (FileExistsError when it is already there), then delete
-        the oldest past `keep`."""
+        the oldest past `keep`. In a full folder the oldest trace's file becomes the new one
+        (`_recycle`)."""
         path = self.path(trace_id)
         if path is None:
             raise ValueError(f"not a trace id: {trace_id!r}")
-        try:
-            _create(path, text)
-        except FileNotFoundError:  # the folder was removed while the server ran
-            private_dir(self.folder)
-            _create(path, text)
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, "the trace is already written", str(path))
+        with self._lock:
+            expired = self._order.popleft() if len(self._order) >= self.keep else None
+        if expired is None or not _recycle(self.folder / f"{expired}.json", path, text):
+            try:
+                _create(path, text)
+            except FileNotFoundError:  # the folder was removed while the server ran
+                private_dir(self.folder)
+                _create(path, text)
         with self._lock:
             self._order.append(trace_id)
             self._writes += 1
@@ -468,6 +474,37 @@ def _create(path: Path, text: bytes) -> None:
         _write_all(fd, text)
     finally:
         os.close(fd)
+
+
+def _recycle(old: Path, path: Path, text: bytes) -> bool:
+    """Make the file of `old`, an expired trace, the file of `path` holding `text`: renamed
+    aside (`old` is gone at once), overwritten, renamed into place (`path` appears whole).
+    On ext4, making a new file and deleting an old one costs about 15 times the system time
+    of reusing one (benchmarks/README.md). False, with `old` gone, when it cannot be reused
+    (another process took it first): then the caller creates the file."""
+    part = path.with_name(f"{path.name}.part")
+    try:
+        os.rename(old, part)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(old)
+        return False
+    try:
+        fd = os.open(part, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, 0o600)
+            _write_all(fd, text)
+            os.ftruncate(fd, len(text))
+        finally:
+            os.close(fd)
+        os.rename(part, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        return False
+    return True
 
 
 def _readable(data: dict, owner: str | None) -> bool:

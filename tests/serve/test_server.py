@@ -221,6 +221,37 @@ def test_trace_store_keeps_the_newest(tmp_path):
     assert again.path("../x") is None and again.path("tr-" + "0" * 31 + "/") is None
 
 
+def test_a_full_store_reuses_the_oldest_file(tmp_path):
+    folder = tmp_path / "t"
+    store = TraceStore(folder, keep=2)
+    first, second, third = new_id(), new_id(), new_id()
+    store.write(first, {"question": "x" * 5000, "owner": "someone-else"})
+    os.chmod(folder / f"{first}.json", 0o644)  # e.g. written by hand: made private again
+    inode = (folder / f"{first}.json").stat().st_ino
+    store.write(second, {"n": 2})
+    store.write(third, {"n": 3})  # the folder is full: `first`'s file becomes `third`'s
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [f"{second}.json", f"{third}.json"])
+    reused = folder / f"{third}.json"
+    assert reused.stat().st_ino == inode
+    assert json.loads(reused.read_text()) == {"n": 3}  # shorter: nothing of the old is left
+    assert stat.S_IMODE(reused.stat().st_mode) == 0o600
+    with pytest.raises(FileExistsError):
+        store.write(third, {"n": 3})
+    os.unlink(folder / f"{second}.json")  # gone behind the store's back: a new file instead
+    store.write(fourth := new_id(), {"n": 4})
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [f"{third}.json", f"{fourth}.json"])
+    (folder / f"{new_id()}.json.part").write_text("{")  # a writer killed mid-write
+    again = TraceStore(folder, keep=1)
+    assert [p.name for p in folder.iterdir()] == [f"{fourth}.json"]  # no .part left
+    inode = (folder / f"{fourth}.json").stat().st_ino
+    again.write(fifth := new_id(), {"n": 5})
+    assert [p.name for p in folder.iterdir()] == [f"{fifth}.json"]
+    assert (folder / f"{fifth}.json").stat().st_ino == inode
+    assert again.read(fifth) == {"n": 5} and again.read(fourth) is None
+
+
 def test_trace_ids_carry_their_order_and_older_ids_keep_theirs(tmp_path):
     ids = [new_id() for _ in range(10_000)]  # many within one millisecond
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
