@@ -408,6 +408,8 @@ def _variant(pipeline: Pipeline, opts: Options) -> Pipeline:
         update["recursion"] = opts.recursion
     if opts.max_calls is not None:
         update["max_calls"] = _cap(s.max_calls, opts.max_calls)
+    if opts.max_total_tokens is not None:
+        update["max_tokens"] = _cap(s.max_tokens, opts.max_total_tokens)
     if opts.max_cost is not None:
         update["max_cost"] = _cap(s.max_cost, opts.max_cost)
     if not update:

@@ -30,6 +30,8 @@ them at the top level of the JSON body, or as strings in `metadata`; a top-level
     workers          list of worker names (or "a,b" in metadata): run with this sub-pool
     recursion        recursion rounds after the first, 0..MAX_RECURSION
     max_calls        cap on model calls for this request (never above the pool's own cap)
+    max_total_tokens cap on tokens, prompt and completion of every call, for this request
+                     (the pool's `run.max_tokens`; never above it)
     max_cost         cap on cost in USD for this request (never above the pool's own cap)
     return_trace_id  true: the response carries `podium_trace_id` and `X-Podium-Trace-Id`
 
@@ -50,7 +52,8 @@ from podium.serve.errors import ApiError, bad_request
 M = TypeVar("M", bound=BaseModel)
 
 MAX_RECURSION = 5
-OPTION_KEYS = ("workers", "recursion", "max_calls", "max_cost", "return_trace_id")
+OPTION_KEYS = ("workers", "recursion", "max_calls", "max_total_tokens", "max_cost",
+               "return_trace_id")
 
 
 class TextPart(BaseModel):
@@ -92,6 +95,7 @@ class Options(BaseModel):
     workers: list[str] | None = Field(None, min_length=1)
     recursion: int | None = Field(None, ge=0, le=MAX_RECURSION)
     max_calls: int | None = Field(None, ge=1)
+    max_total_tokens: int | None = Field(None, ge=1)
     max_cost: float | None = Field(None, ge=0)
     return_trace_id: bool = False
 

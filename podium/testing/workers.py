@@ -3,8 +3,9 @@
 `adder` solves "What is A + B?" (the overall task's first such question) and answers in
 `<answer>` tags; `zero` always answers 0, in the same shape; `down` fails like an unreachable
 endpoint; `slow` is `adder` one second late; `one_step` is a Conductor that sends every
-question to worker 0 alone, and `one_step_async` the same as a coroutine (a sync function
-runs in a thread for each call, a coroutine on the event loop: benchmarks/serve.py).
+question to worker 0 alone, `one_step_async` the same as a coroutine (a sync function
+runs in a thread for each call, a coroutine on the event loop: benchmarks/serve.py), and
+`one_step_counted` the same reporting token usage as a model does.
 Together they make a pool in which the worker choice decides the reward.
 """
 
@@ -47,6 +48,17 @@ def one_step(messages: list[dict]) -> str:
 async def one_step_async(messages: list[dict]) -> str:
     """`one_step` on the event loop: no thread, so no GIL hand-over per call."""
     return one_step(messages)
+
+
+def one_step_counted(messages: list[dict]):
+    """`one_step` reporting token usage as a model does (a token per 4 characters read,
+    one per word written), for tests of token budgets."""
+    from podium.llm.base import ChatResponse
+
+    text = one_step(messages)
+    read = sum(len(str(m.get("content") or "")) for m in messages) // 4
+    return ChatResponse(text=text, prompt_tokens=read, completion_tokens=len(text.split()),
+                        model="one_step_counted")
 
 
 async def slow(messages: list[dict]) -> str:

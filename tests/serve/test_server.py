@@ -18,7 +18,7 @@ import uuid
 import httpx
 import openai
 import pytest
-from serve_helpers import KEY, OTHER_KEY, ThreadServer, auth
+from serve_helpers import KEY, OTHER_KEY, POOL, ThreadServer, auth
 
 from podium.serve.traces import WRITER, TraceStore, _frame, new_id
 
@@ -137,6 +137,23 @@ def test_budget_option_cuts_the_run_short(http):
     assert resp.status_code == 500
     err = resp.json()["error"]
     assert err["code"] == "no_answer" and "max_calls" in err["message"]
+
+
+def test_token_budget_option_cuts_the_run_short(tmp_path):
+    pool = tmp_path / "pool.toml"  # a Conductor that reports its tokens, as models do
+    pool.write_text(POOL.replace("workers:one_step", "workers:one_step_counted"))
+    with ThreadServer(pool, tmp_path / "traces") as srv, \
+            httpx.Client(base_url=srv.base, timeout=30, trust_env=False) as http:
+        resp = http.post("/v1/chat/completions", json=body(max_total_tokens=1))
+        assert resp.status_code == 500  # the Conductor's tokens used it up: no worker call
+        assert "max_tokens = 1 reached" in resp.json()["error"]["message"]
+        roomy = body()
+        roomy["metadata"] = {"max_total_tokens": "100000"}
+        ok = http.post("/v1/chat/completions", json=roomy)
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["choices"][0]["message"]["content"] == "<answer>7</answer>"  # 2 + 5
+        resp = http.post("/v1/chat/completions", json=body(max_total_tokens=0))
+        assert resp.status_code == 400 and resp.json()["error"]["param"] == "max_total_tokens"
 
 
 def test_unknown_worker_is_400(http):
