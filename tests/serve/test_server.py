@@ -371,7 +371,7 @@ def test_the_writer_writes_all_it_was_sent_when_the_server_is_gone(tmp_path):
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     proc.stdout.close()
     tids = [new_id() for _ in range(5)]
-    proc.stdin.write(b"".join(_frame(t, json.dumps({"n": i})) for i, t in enumerate(tids)))
+    proc.stdin.write(b"".join(_frame(t, {"n": i}) for i, t in enumerate(tids)))
     proc.stdin.close()
     assert proc.wait(20) == 0
     assert sorted(p.stem for p in (tmp_path / "t").iterdir()) == sorted(tids)
@@ -385,6 +385,16 @@ def test_a_trace_the_writer_cannot_write_is_logged_and_reported(tmp_path, caplog
     assert store.put(tid, {"n": 1}).result(20) is False
     store.close()
     assert f"trace {tid} could not be written" in caplog.text
+
+
+def test_a_trace_that_is_not_json_is_logged_and_reported(tmp_path, caplog):
+    store = TraceStore(tmp_path / "t", keep=5)
+    tid, fine = new_id(), new_id()
+    assert store.put(tid, {"x": {1, 2}}).result(20) is False  # a set: the writer's JSON fails
+    assert store.put(fine, {"x": [1, 2]}).result(20) is True
+    store.close()
+    assert f"trace {tid} could not be written" in caplog.text
+    assert [p.name for p in (tmp_path / "t").iterdir()] == [f"{fine}.json"]
 
 
 # --- errors ---------------------------------------------------------------------------------
