@@ -7,6 +7,7 @@ Any OpenAI client can then use the team:
 
 Modules, in the order a request meets them:
 
+    access.py     the access log: one line per request, with the run's trace id and outcome
     auth.py       API keys (env var, key file), the loopback-only rule for --no-auth, and the
                   constant-time check of `Authorization: Bearer KEY`
     protocol.py   the request body: validation, podium's per-request options, the question

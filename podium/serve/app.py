@@ -421,10 +421,9 @@ def _variant(pipeline: Pipeline, opts: Options) -> Pipeline:
 
 def _start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces: TraceStore,
            tid: str, req: ChatRequest, opts: Options, slots: Slots,
-           owner: str | None = None, scope: dict | None = None) -> Run:
+           owner: str | None, scope: dict) -> Run:
     """Start the run as a task; its slot is given back when the task ends, whatever happens
     to the response. The run's outcome goes into the request's access log line (`scope`)."""
-    scope = {} if scope is None else scope
     events: asyncio.Queue = asyncio.Queue()
 
     def on_event(kind: str, obj) -> None:
@@ -443,9 +442,10 @@ def _start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces:
         written = traces.put(tid, data)  # written by the store's process, readable at once
         if traces.shared and opts.return_trace_id:  # readable from every process once written
             await asyncio.wrap_future(written)
-        scope[RUN_NOTE] = (f"{tid}: " + ("answered" if result.answer is not None else
-                           f"no answer ({result.outcome.cause.reason if result.outcome.cause else '?'})")
-                           + f", {result.outcome.used.calls} calls")
+        cause = result.outcome.cause
+        outcome = ("answered" if result.answer is not None
+                   else f"no answer ({cause.reason if cause else '?'})")
+        scope[RUN_NOTE] = f"{tid}: {outcome}, {result.outcome.used.calls} calls"
         return result
 
     task = asyncio.get_running_loop().create_task(go())

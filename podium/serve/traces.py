@@ -2,8 +2,8 @@
 
 A trace is `RunResult.to_json()` (the question, every Conductor turn and step with its prompt
 and response, usage, failures) plus the request's id, time and podium options. It holds the
-user's conversation, so it is written owner-only (0600 files, created so in one `open`; 0700
-folders podium creates).
+user's conversation, so it is written owner-only (0600 files, created so in one `open`, or
+set so when a file is reused; 0700 folders podium creates).
 
 Each trace written for a request made with an API key holds its owner (`podium.serve.auth.
 owner_of`, a salted hash, never the key): `read_as` and `recent` give a key its own traces
@@ -22,8 +22,9 @@ first `put`), not by a thread of the server's: every system call of a file write
 the GIL, and a thread must then take it back from a busy event loop; those hand-overs cost
 the server about 1 ms of CPU a request, half of what the pipeline itself costs
 (benchmarks/README.md, serve.py). `put` pickles the trace (the writer process makes the
-JSON) and writes it into the pipe to the writer process itself (one non-blocking system call, no thread woken); only when the pipe
-is full does a sender thread take over (`_Writer`). The writer process writes the files,
+JSON) and writes it into the pipe to the writer process itself (one non-blocking system
+call, no thread woken); only when the pipe is full does a sender thread take over
+(`_Writer`). The writer process writes the files,
 deletes the oldest, and acknowledges the traces on its stdout, a batch at most every
 `ACK_EVERY_S` (a thread here reads them and completes `put`'s futures). A writer process that
 dies is replaced and sent every trace still unacknowledged; `close` lets it finish, and
@@ -65,6 +66,7 @@ log = logging.getLogger("podium.serve")
 ID = re.compile(r"^tr-[0-9a-f]{32}$")
 RESCAN = 16
 ACK_EVERY_S = 0.01
+UNPICKLABLE = (pickle.PicklingError, TypeError, AttributeError, ValueError)  # from `_frame`
 
 
 _last_id = [0, 0]  # the millisecond and counter of this process's last id
@@ -133,16 +135,13 @@ class TraceStore:
         return self.folder / f"{trace_id}.json"
 
     def write(self, trace_id: str, data: dict) -> None:
-        """Write one trace now, in this thread."""
-        self.store(trace_id, json.dumps(data, ensure_ascii=False).encode())
-
-    def store(self, trace_id: str, text: bytes) -> None:
-        """Write one serialised trace (FileExistsError when it is already there), then delete
-        the oldest past `keep`. In a full folder the oldest trace's file becomes the new one
-        (`_recycle`)."""
+        """Write one trace now, in this thread (FileExistsError when it is already there;
+        TypeError or ValueError when it is not JSON), then delete the oldest past `keep`. In
+        a full folder the oldest trace's file becomes the new one (`_recycle`)."""
         path = self.path(trace_id)
         if path is None:
             raise ValueError(f"not a trace id: {trace_id!r}")
+        text = json.dumps(data, ensure_ascii=False).encode()
         if os.path.lexists(path):
             raise FileExistsError(errno.EEXIST, "the trace is already written", str(path))
         with self._lock:
@@ -170,7 +169,7 @@ class TraceStore:
             self._pending[trace_id] = (data, written)
         try:
             frame = _frame(trace_id, data)
-        except (pickle.PicklingError, TypeError, AttributeError, ValueError) as exc:
+        except UNPICKLABLE as exc:
             self._written(trace_id, str(exc))
         else:
             self._writer.offer(frame)
@@ -349,7 +348,7 @@ class _Writer:
             pending = [(tid, data) for tid, (data, _) in self.store._pending.items()]
         frames = []
         for tid, data in pending:
-            with contextlib.suppress(pickle.PicklingError, TypeError, AttributeError, ValueError):
+            with contextlib.suppress(*UNPICKLABLE):
                 frames.append(_frame(tid, data))
         return b"".join(frames)
 
@@ -416,8 +415,9 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def writer_main(argv: list[str]) -> None:
     """The writer process: frames from stdin (`_frame`) written as JSON files
-    (`TraceStore.write`, which also retires the oldest), their acknowledgements on stdout at most every `ACK_EVERY_S`
-    (so that the server's reader wakes for batches, not for each trace). It runs in a
+    (`TraceStore.write`, which also retires the oldest), their acknowledgements on stdout at
+    most every `ACK_EVERY_S` (so that the server's reader wakes for batches, not for each
+    trace). It runs in a
     session of its own and ignores SIGINT, so a terminal's Ctrl-C, which goes to the
     server's whole process group, stops the server, not it: it stops when its input ends,
     having written everything it was sent."""
