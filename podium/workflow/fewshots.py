@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from podium.errors import ConfigError
 from podium.workflow.types import Workflow
@@ -157,6 +158,12 @@ def format_examples(
         raise ConfigError(
             f"unknown few-shot set {fewshots!r}; known sets: {', '.join(sorted(FEWSHOT_SETS))}"
         )
+    return _examples(fewshots, None if shown_ids is None else tuple(shown_ids), max_steps)
+
+
+@lru_cache(maxsize=256)
+def _examples(fewshots: str, shown_ids: tuple[int, ...] | None, max_steps: int | None) -> str:
+    """`format_examples`, kept per set, ids and max_steps: a pool asks the same every time."""
     fitted = [
         replace(ex, workflow=fit_example_ids(ex.workflow, shown_ids, j))
         for j, ex in enumerate(FEWSHOT_SETS[fewshots])
