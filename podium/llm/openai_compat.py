@@ -5,7 +5,9 @@ holds the key, and sampling settings. The key is sent only to that entry's base 
 appears in an error message. Provider exceptions become `WorkerError` in `worker_error` (the
 message is written by `podium.llm.errors`), with the HTTP status and the server's Retry-After
 when there are any. The SDK's own retries are off: `podium.llm.reliable.ReliableClient`
-retries, and records every attempt.
+retries, and records every attempt. Under the SDK, calls go through its aiohttp transport
+(`http_client = "aiohttp"`, the default) or its own httpx client (`"httpx"`): the same
+requests, the transport's errors mapped to the same SDK exceptions.
 """
 
 from __future__ import annotations
@@ -33,11 +35,33 @@ def worker_error(spec: ModelSpec, exc: Exception, secret: str | None) -> WorkerE
     """Convert a provider exception (`podium.llm.errors` writes the message, key scrubbed)."""
     status = getattr(exc, "status_code", None)
     response = getattr(exc, "response", None)
+    raw = None
+    if isinstance(exc, openai.APIConnectionError):  # the SDK's text is only "Connection error."
+        root = exc  # or "Request timed out." (the aiohttp transport's refused connections too):
+        while root.__cause__ is not None:  # what the HTTP stack said is under it
+            root = root.__cause__
+        if root is not exc:
+            raw = f"{exc} ({type(root).__name__}: {root})"
     return provider_error(spec.name, _error_kind(exc), exc, vendor="the endpoint",
-                          url=spec.base_url, secret=secret,
+                          url=spec.base_url, secret=secret, raw=raw,
                           status=status if isinstance(status, int) else None,
                           retry_after=retry_after(getattr(response, "headers", None)),
                           timeout_s=spec.timeout_s)
+
+
+def _http_client(spec: ModelSpec) -> Any:
+    """The HTTP client under the SDK (`http_client` in the pool): the SDK's aiohttp transport,
+    or None for the SDK's own httpx client. With the aiohttp transport a call costs about a
+    quarter less CPU (benchmarks/README.md), which is what bounds a busy `podium serve`."""
+    if spec.http_client == "httpx":
+        return None
+    try:
+        return openai.DefaultAioHttpClient()
+    except (AttributeError, RuntimeError):  # an openai without the extra, or without aiohttp
+        raise ConfigError(
+            f"Model {spec.name!r} uses the aiohttp HTTP client, which needs the openai SDK's "
+            "aiohttp extra: pip install 'openai[aiohttp]>=3.57'. Or set http_client = "
+            "\"httpx\" for it in the pool file.") from None
 
 
 class OpenAICompatClient:
@@ -52,6 +76,7 @@ class OpenAICompatClient:
             api_key=self._key or "not-needed",
             timeout=openai.Timeout(spec.timeout_s, connect=spec.connect_timeout_s),
             max_retries=0,  # ReliableClient retries (and records each attempt)
+            http_client=_http_client(spec),
         )
 
     @property

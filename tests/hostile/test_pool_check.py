@@ -191,13 +191,15 @@ base_url = "{url}"
 
 # --- 5. a read timeout is not "could not reach" ---
 
-def test_a_silent_server_is_a_read_timeout_not_unreachable(silent_server, monkeypatch) -> None:
+@pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])
+def test_a_silent_server_is_a_read_timeout_not_unreachable(silent_server, monkeypatch,
+                                                            http_client) -> None:
     from podium.llm.openai_compat import OpenAICompatClient
 
     for name in PROXY_VARS:
         monkeypatch.delenv(name, raising=False)
     spec = ModelSpec(name="slow", backend="openai", model="m", base_url=silent_server,
-                     timeout_s=0.5)
+                     timeout_s=0.5, http_client=http_client)
     client = OpenAICompatClient(spec)
 
     async def call() -> None:
@@ -216,15 +218,26 @@ def test_a_silent_server_is_a_read_timeout_not_unreachable(silent_server, monkey
     assert "raise timeout_s in the pool file" in message and "server's load" in message
 
 
-def test_a_closed_port_still_says_could_not_reach(monkeypatch) -> None:
+@pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])
+def test_a_closed_port_still_says_could_not_reach(monkeypatch, http_client) -> None:
     from podium.llm.openai_compat import OpenAICompatClient
 
     for name in PROXY_VARS:
         monkeypatch.delenv(name, raising=False)
     url = f"http://127.0.0.1:{closed_port()}/v1"
     client = OpenAICompatClient(ModelSpec(name="dead", backend="openai", model="m",
-                                          base_url=url, timeout_s=0.5))
+                                          base_url=url, timeout_s=0.5, http_client=http_client))
+
+    async def call() -> None:
+        try:
+            await client.chat(pool_cli.PING)
+        finally:
+            await client.aclose()
+
     with pytest.raises(WorkerError) as info:
-        asyncio.run(client.chat(pool_cli.PING))
+        asyncio.run(call())
     assert f"could not reach {url}" in str(info.value)
     assert "accepted the connection" not in str(info.value)
+    # what the HTTP stack said (refused), not only the SDK's "Connection error." or, from the
+    # aiohttp transport, "Request timed out."
+    assert "Connect" in str(info.value)

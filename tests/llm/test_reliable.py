@@ -44,6 +44,9 @@ FAULTS = {
     "dead": "500",
 }
 RETRY_AFTER = {"r429": 0.3, "r503": 0.2}
+# every fault through both HTTP clients under the openai SDK (the pool's `http_client`): their
+# errors must sort into the same kinds
+HTTP_CLIENTS = pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])
 
 
 def run(coro: Awaitable[Any]) -> Any:
@@ -100,8 +103,9 @@ def statuses(server: ScriptedServer, model: str) -> list[int | None]:
 # faults injected at the server
 
 
-def test_429_waits_as_long_as_retry_after_asks(server: ScriptedServer) -> None:
-    resp = chat(server, "r429")
+@HTTP_CLIENTS
+def test_429_waits_as_long_as_retry_after_asks(http_client: str, server: ScriptedServer) -> None:
+    resp = chat(server, "r429", http_client=http_client)
     assert resp.text == "[r429] hello"
     assert [(r["attempt"], r["kind"], r["status"]) for r in resp.retries] == [
         (1, "rate_limit", 429), (2, "rate_limit", 429)
@@ -111,9 +115,11 @@ def test_429_waits_as_long_as_retry_after_asks(server: ScriptedServer) -> None:
     assert statuses(server, "r429") == [429, 429, 200]
 
 
+@HTTP_CLIENTS
 @pytest.mark.parametrize(("model", "status"), [("r500", 500), ("r503", 503)])
-def test_server_errors_are_retried(server: ScriptedServer, model: str, status: int) -> None:
-    resp = chat(server, model)
+def test_server_errors_are_retried(http_client: str,
+                                   server: ScriptedServer, model: str, status: int) -> None:
+    resp = chat(server, model, http_client=http_client)
     assert resp.text == f"[{model}] hello"
     assert [(r["kind"], r["status"]) for r in resp.retries] == [("server", status)]
     if model == "r503":  # its Retry-After (0.2 s) wins over the 0.01 s backoff
@@ -121,55 +127,67 @@ def test_server_errors_are_retried(server: ScriptedServer, model: str, status: i
     assert statuses(server, model) == [status, 200]
 
 
-def test_connection_reset_is_a_transport_error_and_retried(server: ScriptedServer) -> None:
-    resp = chat(server, "reset1")
+@HTTP_CLIENTS
+def test_connection_reset_is_a_transport_error_and_retried(http_client: str,
+                                                           server: ScriptedServer) -> None:
+    resp = chat(server, "reset1", http_client=http_client)
     assert resp.text == "[reset1] hello"
     assert [(r["kind"], r["status"]) for r in resp.retries] == [("transport", None)]
     assert statuses(server, "reset1") == [0, 200]  # 0: the server dropped the connection
 
 
-def test_truncated_json_is_a_server_error_and_retried(server: ScriptedServer) -> None:
-    resp = chat(server, "trunc1")
+@HTTP_CLIENTS
+def test_truncated_json_is_a_server_error_and_retried(http_client: str,
+                                                      server: ScriptedServer) -> None:
+    resp = chat(server, "trunc1", http_client=http_client)
     assert resp.text == "[trunc1] hello"
     assert [r["kind"] for r in resp.retries] == ["server"]
     assert statuses(server, "trunc1") == [200, 200]
 
 
-def test_read_timeout_is_a_transport_error(server: ScriptedServer) -> None:
+@HTTP_CLIENTS
+def test_read_timeout_is_a_transport_error(http_client: str, server: ScriptedServer) -> None:
     with pytest.raises(WorkerError) as info:
-        chat(server, "slow", timeout_s=0.5, retries=1)
+        chat(server, "slow", timeout_s=0.5, retries=1, http_client=http_client)
     exc = info.value
     assert exc.kind == "transport" and exc.worker == "slow"
     assert [(r["attempt"], r["kind"]) for r in exc.retries] == [(1, "transport")]
     assert server.stats()["by_model"]["slow"]["requests"] == 2
 
 
-def test_empty_replies_are_asked_again(server: ScriptedServer) -> None:
-    resp = chat(server, "empty2", empty_retries=2)
+@HTTP_CLIENTS
+def test_empty_replies_are_asked_again(http_client: str, server: ScriptedServer) -> None:
+    resp = chat(server, "empty2", empty_retries=2, http_client=http_client)
     assert resp.text == "[empty2] hello"
     assert [(r["attempt"], r["kind"]) for r in resp.retries] == [(1, "empty"), (2, "empty")]
     assert len(statuses(server, "empty2")) == 3
 
 
-def test_an_empty_reply_after_the_re_asks_is_returned(server: ScriptedServer) -> None:
-    resp = chat(server, "empty", empty_retries=1)
+@HTTP_CLIENTS
+def test_an_empty_reply_after_the_re_asks_is_returned(http_client: str,
+                                                      server: ScriptedServer) -> None:
+    resp = chat(server, "empty", empty_retries=1, http_client=http_client)
     assert resp.text == ""
     assert [r["kind"] for r in resp.retries] == ["empty"]
     assert len(statuses(server, "empty")) == 2
 
 
-def test_auth_errors_are_not_retried_and_hide_the_key(server: ScriptedServer) -> None:
+@HTTP_CLIENTS
+def test_auth_errors_are_not_retried_and_hide_the_key(http_client: str,
+                                                      server: ScriptedServer) -> None:
     with pytest.raises(WorkerError) as info:
-        chat(server, "auth")
+        chat(server, "auth", http_client=http_client)
     exc = info.value
     assert (exc.kind, exc.status, exc.retries) == ("auth", 401, [])
     assert SECRET not in str(exc) and SECRET not in repr(exc.args)
     assert statuses(server, "auth") == [401]
 
 
-def test_a_permanent_server_error_gives_up_after_the_retries(server: ScriptedServer) -> None:
+@HTTP_CLIENTS
+def test_a_permanent_server_error_gives_up_after_the_retries(http_client: str,
+                                                             server: ScriptedServer) -> None:
     with pytest.raises(WorkerError) as info:
-        chat(server, "dead", retries=2)
+        chat(server, "dead", retries=2, http_client=http_client)
     exc = info.value
     assert (exc.kind, exc.status) == ("server", 500)
     assert [(r["attempt"], r["kind"], r["status"]) for r in exc.retries] == [
