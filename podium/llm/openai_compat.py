@@ -16,9 +16,8 @@ import json
 import time
 from typing import Any
 
+import httpx2
 import openai
-from openai.types import Completion
-from openai.types.chat import ChatCompletion
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
@@ -62,6 +61,27 @@ def _http_client(spec: ModelSpec) -> Any:
             f"Model {spec.name!r} uses the aiohttp HTTP client, which needs the openai SDK's "
             "aiohttp extra: pip install 'openai[aiohttp]>=3.57'. Or set http_client = "
             "\"httpx\" for it in the pool file.") from None
+
+
+def _fields(value: Any) -> dict[str, Any]:
+    """A JSON object of the reply, or {} where the endpoint left it out (or sent null)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _first_choice(worker: str, data: Any, path: str) -> dict[str, Any]:
+    """The reply's first choice; a WorkerError (retried: asking again may work) when the
+    reply is not a completion or has no choices."""
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+        raise WorkerError(worker, "server", f"the endpoint's reply to {path} is not a "
+                          f"completion (got {type(data).__name__}: {str(data)[:80]!r}); check "
+                          "base_url")
+    if not data["choices"]:
+        raise WorkerError(worker, "empty", "the endpoint returned no choices")
+    choice = data["choices"][0]
+    if not isinstance(choice, dict):
+        raise WorkerError(worker, "server", f"the endpoint's reply to {path} is not a "
+                          f"completion (its first choice is {str(choice)[:80]!r})")
+    return choice
 
 
 class OpenAICompatClient:
@@ -138,33 +158,40 @@ class OpenAICompatClient:
                    sample_id: int | str = 0) -> ChatResponse:
         body = self._request(messages, grammar)
         # a `prompt` body is a prefill to continue on /completions (`prefill = "completions"`)
-        path, cast = (("/completions", Completion) if "prompt" in body
-                      else ("/chat/completions", ChatCompletion))
+        path = "/completions" if "prompt" in body else "/chat/completions"
         start = time.perf_counter()
         try:
             # the body is already in wire form: post it as is, skipping the SDK's per-call
-            # parameter conversion (a quarter of the client's CPU per call under load)
-            resp = await self._client.post(path, body=body, cast_to=cast)
-        except (openai.OpenAIError, json.JSONDecodeError) as exc:
+            # parameter conversion; the reply comes back as the HTTP response (its body read,
+            # an error status already raised as the SDK's exception) and is read here as plain
+            # JSON, skipping the SDK's response models
+            resp = await self._client.post(path, body=body, cast_to=httpx2.Response)
+        except openai.OpenAIError as exc:
             raise worker_error(self.spec, exc, self._key) from None
+        try:
+            data = resp.json()  # whatever the content-type says, as the SDK reads it
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            kind = resp.headers.get("content-type", "")
+            if "json" not in kind:  # a web page, say: base_url names something else
+                raise WorkerError(self.name, "server", f"the endpoint's reply to {path} is "
+                                  f"not JSON (content-type {kind or 'none'!r}); check "
+                                  "base_url") from None
+            raise worker_error(self.spec, exc, self._key) from None  # cut off: ask again
         latency = time.perf_counter() - start
-        if not hasattr(resp, "choices"):  # a non-JSON content type comes back as text
-            raise WorkerError(self.name, "server", "the endpoint's reply is not a chat "
-                              f"completion (got {type(resp).__name__}); check base_url")
-        if not resp.choices:
-            raise WorkerError(self.name, "empty", "the endpoint returned no choices")
-        choice = resp.choices[0]
-        usage = resp.usage
-        details = getattr(usage, "completion_tokens_details", None) if usage else None
+        choice = _first_choice(self.name, data, path)
+        usage = _fields(data.get("usage"))
+        details = _fields(usage.get("completion_tokens_details"))
+        text = choice.get("text") if "prompt" in body else _fields(choice.get("message")).get(
+            "content")
         return ChatResponse(
-            text=(choice.text if isinstance(resp, Completion) else choice.message.content) or "",
-            prompt_tokens=usage.prompt_tokens if usage else 0,
-            completion_tokens=usage.completion_tokens if usage else 0,
-            reasoning_tokens=getattr(details, "reasoning_tokens", None) if details else None,
-            finish_reason=choice.finish_reason,
+            text=text or "",
+            prompt_tokens=usage.get("prompt_tokens") or 0,
+            completion_tokens=usage.get("completion_tokens") or 0,
+            reasoning_tokens=details.get("reasoning_tokens"),
+            finish_reason=choice.get("finish_reason"),
             latency_s=latency,
-            model=resp.model or self.spec.model,
-            request_id=getattr(resp, "_request_id", None) or resp.id,
+            model=data.get("model") or self.spec.model,
+            request_id=resp.headers.get("x-request-id") or data.get("id"),
             prefill=self._prefill_mode(messages),
         )
 

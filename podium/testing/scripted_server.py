@@ -15,6 +15,8 @@ exercised end to end rather than through a mock object:
       "401"        HTTP 401 (a bad API key)
       "empty"      HTTP 200 whose reply text is ""
       "truncated"  HTTP 200, `application/json`, but only the first half of the JSON body
+      "html"       HTTP 200, `text/html`: a web page, as from a base_url that names a website
+      "nochoices"  HTTP 200, a chat completion whose `choices` is []
       "reset"      the connection is dropped (TCP reset) without any response
       "slow"       the reply takes 30 s (for client read-timeout tests)
       "hang"       the reply takes 3600 s
@@ -102,6 +104,8 @@ FAULTS: tuple[str, ...] = (
     "401",
     "empty",
     "truncated",
+    "html",
+    "nochoices",
     "reset",
     "slow",
     "hang",
@@ -517,12 +521,20 @@ def build_app(config: ServerConfig, stats: Stats | None = None) -> Starlette:
                         "prompt_tokens": prompt_tokens,
                         "completion_tokens": completion_tokens,
                         "total_tokens": prompt_tokens + completion_tokens,
+                        "completion_tokens_details": {"reasoning_tokens": 0},
                     },
-                }
+                },
+                headers={"x-request-id": f"req-{uuid.uuid4().hex[:16]}"},
             )
             if fault == "truncated":
                 half = bytes(reply.body[: len(reply.body) // 2])
                 return Response(half, status_code=200, media_type="application/json")
+            if fault == "html":
+                return Response("<!doctype html><title>Welcome</title>", status_code=200,
+                                media_type="text/html")
+            if fault == "nochoices":
+                data = json.loads(reply.body)
+                return JSONResponse({**data, "choices": []})
             return reply
         finally:
             stats.end(entry, status)

@@ -42,6 +42,8 @@ FAULTS = {
     "empty": "empty",
     "auth": "401",
     "dead": "500",
+    "page": "html",
+    "none1": "nochoicesx1",
 }
 RETRY_AFTER = {"r429": 0.3, "r503": 0.2}
 # every fault through both HTTP clients under the openai SDK (the pool's `http_client`): their
@@ -143,6 +145,34 @@ def test_truncated_json_is_a_server_error_and_retried(http_client: str,
     assert resp.text == "[trunc1] hello"
     assert [r["kind"] for r in resp.retries] == ["server"]
     assert statuses(server, "trunc1") == [200, 200]
+
+
+@HTTP_CLIENTS
+def test_a_reply_is_read_whole(http_client: str, server: ScriptedServer) -> None:
+    resp = chat(server, "plain", http_client=http_client)
+    assert (resp.text, resp.model, resp.finish_reason) == ("[plain] hello", "plain", "stop")
+    assert (resp.prompt_tokens, resp.completion_tokens, resp.reasoning_tokens) == (1, 2, 0)
+    assert resp.request_id and resp.request_id.startswith("req-")  # the x-request-id header
+    assert not resp.retries and resp.latency_s > 0
+
+
+@HTTP_CLIENTS
+def test_a_web_page_for_a_reply_names_base_url(http_client: str,
+                                               server: ScriptedServer) -> None:
+    with pytest.raises(WorkerError) as info:
+        chat(server, "page", retries=0, http_client=http_client)
+    assert info.value.kind == "server"
+    assert "/chat/completions is not JSON (content-type 'text/html" in str(info.value)
+    assert "check base_url" in str(info.value)
+
+
+@HTTP_CLIENTS
+def test_a_reply_without_choices_is_an_empty_reply_and_asked_again(
+        http_client: str, server: ScriptedServer) -> None:
+    resp = chat(server, "none1", http_client=http_client)
+    assert resp.text == "[none1] hello"
+    assert [(r["kind"], r["status"]) for r in resp.retries] == [("empty", None)]
+    assert statuses(server, "none1") == [200, 200]
 
 
 @HTTP_CLIENTS

@@ -113,6 +113,7 @@ def test_echo_content_and_usage(server: ScriptedServer) -> None:
         "prompt_tokens": prompt_words,
         "completion_tokens": len(text.split()),
         "total_tokens": prompt_words + len(text.split()),
+        "completion_tokens_details": {"reasoning_tokens": 0},
     }
     log = server.stats()["log"]
     assert [(e["model"], e["last_user_message"], e["status"]) for e in log] == [
