@@ -121,6 +121,12 @@ def _join_surrogates(item: Any) -> Any:
 
 
 def _decode(span: str) -> list[Any]:
+    try:  # a list that is JSON (ids, access lists, double-quoted subtasks): the fast reader
+        value = json.loads(span)
+        if isinstance(value, list):
+            return value
+    except (ValueError, RecursionError):
+        pass
     if len(span) <= _MAX_EVAL_CHARS:
         try:
             with warnings.catch_warnings():
