@@ -27,7 +27,7 @@ latencies on few cores), every millisecond of server CPU comes off the served th
 longer `--latency` makes the worker endpoint the bound again.
 
     .venv/bin/python benchmarks/serve.py [--latency 0.05] [--requests 1000] [--repeats 3]
-        [--concurrency 1 8 32] [--processes 1 2] [--http-client aiohttp|httpx]
+        [--concurrency 1 8 32] [--processes 1 2] [--transport aiohttp|openai-sdk]
         [--out benchmarks/results/serve.json]
 """
 
@@ -64,7 +64,7 @@ base_url = "{base}"
 model = "w0"
 max_concurrency = 256
 retries = 0
-http_client = "{http_client}"
+transport = "{transport}"
 
 [run]
 cache = false
@@ -260,8 +260,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--http-client", choices=["aiohttp", "httpx"], default="aiohttp",
-                        help="the worker's http_client (the HTTP client under the openai SDK)")
+    parser.add_argument("--transport", choices=["aiohttp", "openai-sdk"], default="aiohttp",
+                        help="the worker's transport (podium's aiohttp path or the openai SDK)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serve.json"))
     args = parser.parse_args()
 
@@ -270,7 +270,7 @@ def main() -> None:
     with ScriptedServer(latency=args.latency, reply_by_model={"w0": "<answer>1</answer>"}) as ws, \
             tempfile.TemporaryDirectory() as tmp:
         pool_file = Path(tmp) / "pool.toml"
-        pool_file.write_text(POOL.format(base=ws.base_url, http_client=args.http_client))
+        pool_file.write_text(POOL.format(base=ws.base_url, transport=args.transport))
         servers = {}
         try:
             for p in args.processes:
@@ -302,8 +302,8 @@ def main() -> None:
                 proc.wait(30)
 
     print(f"worker latency {1000 * args.latency:.0f} ms · {platform.machine()}, "
-          f"{os.cpu_count()} cores · event loop {event_loop()} · worker http_client "
-          f"{args.http_client} · medians of {args.repeats} "
+          f"{os.cpu_count()} cores · event loop {event_loop()} · worker transport "
+          f"{args.transport} · medians of {args.repeats} "
           f"runs a way ({time.perf_counter() - t_start:.0f} s)\n")
     print(f"{'conc':>4}  {'way':<22} {'rps':>7} {'p50 ms':>7} {'p95 ms':>7} {'cpu ms/req':>10}  "
           f"{'overhead p50':>12} {'vs direct':>9}")
@@ -329,7 +329,7 @@ def main() -> None:
     print()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"latency_s": args.latency, "loop": event_loop(),
-                                    "http_client": args.http_client,
+                                    "transport": args.transport,
                                     "repeats": args.repeats, "rows": rows,
                                     "targets": verdicts}, indent=2))
     print(f"wrote {args.out}")

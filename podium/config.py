@@ -111,10 +111,10 @@ class ModelSpec(_Frozen):
     empty_retries: int = Field(2, ge=0, description="Re-asks when the reply is empty.")
     connect_timeout_s: float = Field(10.0, gt=0, description="Connect timeout per call.")
     timeout_s: float = Field(600.0, gt=0, description="Read timeout per call.")
-    http_client: Literal["aiohttp", "httpx"] = Field(
-        "aiohttp", description="backend=openai: the HTTP client under the openai SDK: aiohttp "
-        "(the SDK's aiohttp transport: about a quarter less CPU a call) or httpx (the SDK's "
-        "own default).")
+    transport: Literal["aiohttp", "openai-sdk"] = Field(
+        "aiohttp", description="backend=openai: how calls are sent: aiohttp (podium posts the "
+        "request itself; a fifth of the SDK's CPU a call) or openai-sdk (through the openai "
+        "SDK's AsyncOpenAI).")
     n_ctx: int = Field(4096, ge=256, description="Context window of an embedded model.")
     description: str = Field("", description="Shown to the Conductor only with "
                              "pool_display='descriptions'.")

@@ -54,7 +54,7 @@ LOCK = "lock"
 # ModelSpec fields that decide how calls are made, not what they return
 _RELIABILITY = frozenset({"max_concurrency", "rpm", "tpm", "retries", "backoff_s",
                           "backoff_max_s", "connect_timeout_s", "timeout_s",
-                          "http_client"})
+                          "transport"})
 # where a run-settings key comes from, named in a refusal
 _RUN_HINTS = {"fallback": "--fallback", "cache": "--no-cache or the pool's run.cache"}
 

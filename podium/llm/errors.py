@@ -105,25 +105,29 @@ def provider_error(worker: str, kind: str, exc: BaseException, *, vendor: str,
                        retry_after=retry_after)
 
 
-def sdk_error_kind(sdk: Any, exc: BaseException, too_long: Callable[[str], bool]) -> str:
-    """The kind of an exception from the `openai` or `anthropic` SDK (`sdk`: the module).
+def status_kind(status: int, text: str, too_long: Callable[[str], bool]) -> str:
+    """The kind of an HTTP error status. `too_long` gets a 400's lower-cased text and says
+    whether the prompt was over the context. A 408 is a server error: the SDKs' own retry
+    rules retry it too."""
+    if status in (401, 403):
+        return "auth"
+    if status == 429:
+        return "rate_limit"
+    if status == 400:
+        return "context_length" if too_long(text.lower()) else "bad_request"
+    if status >= 500 or status == 408:
+        return "server"
+    return "bad_request"
 
-    `too_long` gets a 400's lower-cased text and says whether the prompt was over the context.
-    A reply that is not valid JSON (cut off) or not the expected record is a server error:
-    asking again may well work; so is a 408, which the SDKs' own retry rules retry too.
-    """
+
+def sdk_error_kind(sdk: Any, exc: BaseException, too_long: Callable[[str], bool]) -> str:
+    """The kind of an exception from the `openai` or `anthropic` SDK (`sdk`: the module): an
+    error status sorts by `status_kind`. A reply that is not valid JSON (cut off) or not the
+    expected record is a server error: asking again may well work."""
     if isinstance(exc, json.JSONDecodeError | sdk.APIResponseValidationError):
         return "server"
-    if isinstance(exc, sdk.AuthenticationError | sdk.PermissionDeniedError):
-        return "auth"
-    if isinstance(exc, sdk.RateLimitError):
-        return "rate_limit"
     if isinstance(exc, sdk.APIConnectionError):  # APITimeoutError included
         return "transport"
-    if isinstance(exc, sdk.BadRequestError):
-        return "context_length" if too_long(str(exc).lower()) else "bad_request"
-    if isinstance(exc, sdk.InternalServerError):  # 5xx, Anthropic's OverloadedError (529) too
-        return "server"
     if isinstance(exc, sdk.APIStatusError):
-        return "server" if exc.status_code >= 500 or exc.status_code == 408 else "bad_request"
+        return status_kind(exc.status_code, str(exc), too_long)
     return "other"

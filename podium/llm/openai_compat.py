@@ -2,20 +2,38 @@
 
 Providers are data: a pool entry gives the base URL, model name, the environment variable that
 holds the key, and sampling settings. The key is sent only to that entry's base URL and never
-appears in an error message. Provider exceptions become `WorkerError` in `worker_error` (the
-message is written by `podium.llm.errors`), with the HTTP status and the server's Retry-After
-when there are any. The SDK's own retries are off: `podium.llm.reliable.ReliableClient`
-retries, and records every attempt. Under the SDK, calls go through its aiohttp transport
-(`http_client = "aiohttp"`, the default) or its own httpx client (`"httpx"`): the same
-requests, the transport's errors mapped to the same SDK exceptions.
+appears in an error message.
+
+**Transport** (`transport` in the pool entry). A call is one POST of a JSON body and one JSON
+reply, made one of two ways:
+
+- `aiohttp` (the default): podium posts the body itself, over one aiohttp connection pool per
+  model (made on first use, in the running event loop). An error status becomes `HTTPError`.
+- `openai-sdk`: through the openai SDK's `AsyncOpenAI` (over its httpx client), which raises
+  its own exceptions.
+
+Both send the same request: the same body and headers (the key as a bearer token;
+`OPENAI_ORG_ID` / `OPENAI_PROJECT_ID`, when set, as the SDK sends them), the same connect and
+read timeouts, proxies and CA bundle from the environment. They read the same reply, as plain
+JSON. The SDK's layers (request options, its HTTP client's hooks, its response models) cost
+about five times the CPU of the aiohttp path a call, which is what bounds a busy `podium
+serve` or a large `podium eval` (benchmarks/README.md).
+
+Either way, errors become `WorkerError` in `worker_error` (the message is written by
+`podium.llm.errors`), with the HTTP status and the server's Retry-After when there are any.
+Neither retries: `podium.llm.reliable.ReliableClient` retries, and records every attempt.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
+import urllib.parse
+import urllib.request
 from typing import Any
 
+import aiohttp
 import httpx2
 import openai
 
@@ -23,44 +41,76 @@ from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
 from podium.llm.base import ChatResponse, Message, PrefillMode, retry_after
 from podium.llm.chat_template import load_chat_template
-from podium.llm.errors import provider_error, sdk_error_kind
+from podium.llm.errors import provider_error, sdk_error_kind, status_kind
+
+# headers the openai SDK adds from the environment, sent the same way here
+_ENV_HEADERS = (("OPENAI_ORG_ID", "OpenAI-Organization"), ("OPENAI_PROJECT_ID", "OpenAI-Project"))
+KEEPALIVE_S = 5.0  # how long an idle connection is kept (the openai SDK's default too)
+
+
+class HTTPError(Exception):
+    """An error status from the endpoint (transport `aiohttp`): the status, the endpoint's
+    message (the JSON body's `error.message`, else the body's text) and the reply's headers."""
+
+    def __init__(self, status: int, body: bytes, headers: Any) -> None:
+        self.status_code = status
+        self.headers = headers
+        super().__init__(_error_message(body))
+
+
+def _error_message(body: bytes) -> str:
+    text = body.decode("utf-8", "replace")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text.strip()
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]
+    return text.strip()
+
+
+def _env_proxy(url: str) -> str | None:
+    """The proxy the environment names for `url` (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, and
+    NO_PROXY to go direct), as the SDK's httpx client finds it; None to go direct."""
+    parts = urllib.parse.urlsplit(url)
+    if urllib.request.proxy_bypass_environment(parts.hostname or ""):
+        return None
+    proxies = urllib.request.getproxies_environment()
+    return proxies.get(parts.scheme) or proxies.get("all")
+
+
+def _too_long(text: str) -> bool:
+    return "context" in text and "length" in text
 
 
 def _error_kind(exc: Exception) -> str:
-    return sdk_error_kind(openai, exc, lambda text: "context" in text and "length" in text)
+    if isinstance(exc, HTTPError):
+        return status_kind(exc.status_code, str(exc), _too_long)
+    if isinstance(exc, aiohttp.ClientError | TimeoutError | OSError):
+        return "transport"
+    if isinstance(exc, ValueError):  # a reply that is not JSON (cut off): asking again may work
+        return "server"
+    return sdk_error_kind(openai, exc, _too_long)
 
 
 def worker_error(spec: ModelSpec, exc: Exception, secret: str | None) -> WorkerError:
-    """Convert a provider exception (`podium.llm.errors` writes the message, key scrubbed)."""
+    """Convert a transport's exception (`podium.llm.errors` writes the message, key
+    scrubbed)."""
     status = getattr(exc, "status_code", None)
-    response = getattr(exc, "response", None)
+    headers = exc.headers if isinstance(exc, HTTPError) else getattr(
+        getattr(exc, "response", None), "headers", None)
     raw = None
     if isinstance(exc, openai.APIConnectionError):  # the SDK's text is only "Connection error."
-        root = exc  # or "Request timed out." (the aiohttp transport's refused connections too):
-        while root.__cause__ is not None:  # what the HTTP stack said is under it
+        root = exc  # or "Request timed out.": what the HTTP stack said is under it
+        while root.__cause__ is not None:
             root = root.__cause__
         if root is not exc:
             raw = f"{exc} ({type(root).__name__}: {root})"
     return provider_error(spec.name, _error_kind(exc), exc, vendor="the endpoint",
                           url=spec.base_url, secret=secret, raw=raw,
                           status=status if isinstance(status, int) else None,
-                          retry_after=retry_after(getattr(response, "headers", None)),
-                          timeout_s=spec.timeout_s)
-
-
-def _http_client(spec: ModelSpec) -> Any:
-    """The HTTP client under the SDK (`http_client` in the pool): the SDK's aiohttp transport,
-    or None for the SDK's own httpx client. With the aiohttp transport a call costs about a
-    quarter less CPU (benchmarks/README.md), which is what bounds a busy `podium serve`."""
-    if spec.http_client == "httpx":
-        return None
-    try:
-        return openai.DefaultAioHttpClient()
-    except (AttributeError, RuntimeError):  # an openai without the extra, or without aiohttp
-        raise ConfigError(
-            f"Model {spec.name!r} uses the aiohttp HTTP client, which needs the openai SDK's "
-            "aiohttp extra: pip install 'openai[aiohttp]>=3.57'. Or set http_client = "
-            "\"httpx\" for it in the pool file.") from None
+                          retry_after=retry_after(headers), timeout_s=spec.timeout_s)
 
 
 def _fields(value: Any) -> dict[str, Any]:
@@ -91,13 +141,57 @@ class OpenAICompatClient:
         self.spec = spec
         self.name = spec.name
         self._key = spec.api_key()  # ConfigError now if the variable is unset
-        self._client = openai.AsyncOpenAI(
-            base_url=spec.base_url,
-            api_key=self._key or "not-needed",
-            timeout=openai.Timeout(spec.timeout_s, connect=spec.connect_timeout_s),
-            max_retries=0,  # ReliableClient retries (and records each attempt)
-            http_client=_http_client(spec),
-        )
+        self._base = (spec.base_url or "").rstrip("/")
+        self._session: aiohttp.ClientSession | None = None  # transport aiohttp, on first use
+        self._proxy: str | None = None
+        self._sdk: openai.AsyncOpenAI | None = None
+        if spec.transport == "openai-sdk":
+            self._sdk = openai.AsyncOpenAI(
+                base_url=spec.base_url,
+                api_key=self._key or "not-needed",
+                timeout=openai.Timeout(spec.timeout_s, connect=spec.connect_timeout_s),
+                max_retries=0,  # ReliableClient retries (and records each attempt)
+            )
+
+    def _open(self) -> aiohttp.ClientSession:
+        """The model's connection pool (transport aiohttp), made in the running event loop:
+        the SDK's headers, timeouts, keep-alive, and proxies and CA bundle from the
+        environment."""
+        headers = {"Content-Type": "application/json", "Accept": "application/json",
+                   "User-Agent": "podium"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        for variable, header in _ENV_HEADERS:
+            if os.environ.get(variable):
+                headers[header] = os.environ[variable]
+        ssl = httpx2.create_ssl_context() if self._base.startswith("https:") else False
+        self._proxy = _env_proxy(self._base)
+        self._session = aiohttp.ClientSession(  # trust_env would look up the proxy and .netrc
+            headers=headers,  # in a thread for every call: the proxy is looked up once here
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.spec.connect_timeout_s,
+                                          sock_read=self.spec.timeout_s),
+            connector=aiohttp.TCPConnector(limit=0, ssl=ssl, keepalive_timeout=KEEPALIVE_S))
+        return self._session
+
+    async def _post(self, path: str, body: dict[str, Any]) -> tuple[bytes, Any]:
+        """The reply's body and headers; a WorkerError for a transport failure or an error
+        status."""
+        if self._sdk is not None:
+            try:  # the body is already in wire form: posted as is, the reply read raw
+                resp = await self._sdk.post(path, body=body, cast_to=httpx2.Response)
+            except openai.OpenAIError as exc:
+                raise worker_error(self.spec, exc, self._key) from None
+            return resp.content, resp.headers
+        session = self._session or self._open()
+        try:
+            async with session.post(self._base + path, data=json.dumps(body).encode(),
+                                    proxy=self._proxy) as resp:
+                raw = await resp.read()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise worker_error(self.spec, exc, self._key) from None
+        if resp.status >= 400:
+            raise worker_error(self.spec, HTTPError(resp.status, raw, resp.headers), self._key)
+        return raw, resp.headers
 
     @property
     def supports_grammar(self) -> bool:
@@ -160,24 +254,17 @@ class OpenAICompatClient:
         # a `prompt` body is a prefill to continue on /completions (`prefill = "completions"`)
         path = "/completions" if "prompt" in body else "/chat/completions"
         start = time.perf_counter()
+        raw, headers = await self._post(path, body)
+        latency = time.perf_counter() - start
         try:
-            # the body is already in wire form: post it as is, skipping the SDK's per-call
-            # parameter conversion; the reply comes back as the HTTP response (its body read,
-            # an error status already raised as the SDK's exception) and is read here as plain
-            # JSON, skipping the SDK's response models
-            resp = await self._client.post(path, body=body, cast_to=httpx2.Response)
-        except openai.OpenAIError as exc:
-            raise worker_error(self.spec, exc, self._key) from None
-        try:
-            data = resp.json()  # whatever the content-type says, as the SDK reads it
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            kind = resp.headers.get("content-type", "")
+            data = json.loads(raw)  # whatever the content-type says, as the SDK reads it
+        except ValueError as exc:
+            kind = headers.get("content-type", "")
             if "json" not in kind:  # a web page, say: base_url names something else
                 raise WorkerError(self.name, "server", f"the endpoint's reply to {path} is "
                                   f"not JSON (content-type {kind or 'none'!r}); check "
                                   "base_url") from None
             raise worker_error(self.spec, exc, self._key) from None  # cut off: ask again
-        latency = time.perf_counter() - start
         choice = _first_choice(self.name, data, path)
         usage = _fields(data.get("usage"))
         details = _fields(usage.get("completion_tokens_details"))
@@ -191,9 +278,12 @@ class OpenAICompatClient:
             finish_reason=choice.get("finish_reason"),
             latency_s=latency,
             model=data.get("model") or self.spec.model,
-            request_id=resp.headers.get("x-request-id") or data.get("id"),
+            request_id=headers.get("x-request-id") or data.get("id"),
             prefill=self._prefill_mode(messages),
         )
 
     async def aclose(self) -> None:
-        await self._client.close()
+        if self._sdk is not None:
+            await self._sdk.close()
+        if self._session is not None:
+            await self._session.close()

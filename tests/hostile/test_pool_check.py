@@ -191,15 +191,15 @@ base_url = "{url}"
 
 # --- 5. a read timeout is not "could not reach" ---
 
-@pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("transport", ["aiohttp", "openai-sdk"])
 def test_a_silent_server_is_a_read_timeout_not_unreachable(silent_server, monkeypatch,
-                                                            http_client) -> None:
+                                                            transport) -> None:
     from podium.llm.openai_compat import OpenAICompatClient
 
     for name in PROXY_VARS:
         monkeypatch.delenv(name, raising=False)
     spec = ModelSpec(name="slow", backend="openai", model="m", base_url=silent_server,
-                     timeout_s=0.5, http_client=http_client)
+                     timeout_s=0.5, transport=transport)
     client = OpenAICompatClient(spec)
 
     async def call() -> None:
@@ -218,15 +218,15 @@ def test_a_silent_server_is_a_read_timeout_not_unreachable(silent_server, monkey
     assert "raise timeout_s in the pool file" in message and "server's load" in message
 
 
-@pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])
-def test_a_closed_port_still_says_could_not_reach(monkeypatch, http_client) -> None:
+@pytest.mark.parametrize("transport", ["aiohttp", "openai-sdk"])
+def test_a_closed_port_still_says_could_not_reach(monkeypatch, transport) -> None:
     from podium.llm.openai_compat import OpenAICompatClient
 
     for name in PROXY_VARS:
         monkeypatch.delenv(name, raising=False)
     url = f"http://127.0.0.1:{closed_port()}/v1"
     client = OpenAICompatClient(ModelSpec(name="dead", backend="openai", model="m",
-                                          base_url=url, timeout_s=0.5, http_client=http_client))
+                                          base_url=url, timeout_s=0.5, transport=transport))
 
     async def call() -> None:
         try:

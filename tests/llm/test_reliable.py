@@ -46,9 +46,9 @@ FAULTS = {
     "none1": "nochoicesx1",
 }
 RETRY_AFTER = {"r429": 0.3, "r503": 0.2}
-# every fault through both HTTP clients under the openai SDK (the pool's `http_client`): their
-# errors must sort into the same kinds
-HTTP_CLIENTS = pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])
+# every fault through both transports (the pool's `transport`: podium's aiohttp path and the
+# openai SDK): their errors must sort into the same kinds
+TRANSPORTS = pytest.mark.parametrize("transport", ["aiohttp", "openai-sdk"])
 
 
 def run(coro: Awaitable[Any]) -> Any:
@@ -105,9 +105,9 @@ def statuses(server: ScriptedServer, model: str) -> list[int | None]:
 # faults injected at the server
 
 
-@HTTP_CLIENTS
-def test_429_waits_as_long_as_retry_after_asks(http_client: str, server: ScriptedServer) -> None:
-    resp = chat(server, "r429", http_client=http_client)
+@TRANSPORTS
+def test_429_waits_as_long_as_retry_after_asks(transport: str, server: ScriptedServer) -> None:
+    resp = chat(server, "r429", transport=transport)
     assert resp.text == "[r429] hello"
     assert [(r["attempt"], r["kind"], r["status"]) for r in resp.retries] == [
         (1, "rate_limit", 429), (2, "rate_limit", 429)
@@ -117,11 +117,11 @@ def test_429_waits_as_long_as_retry_after_asks(http_client: str, server: Scripte
     assert statuses(server, "r429") == [429, 429, 200]
 
 
-@HTTP_CLIENTS
+@TRANSPORTS
 @pytest.mark.parametrize(("model", "status"), [("r500", 500), ("r503", 503)])
-def test_server_errors_are_retried(http_client: str,
+def test_server_errors_are_retried(transport: str,
                                    server: ScriptedServer, model: str, status: int) -> None:
-    resp = chat(server, model, http_client=http_client)
+    resp = chat(server, model, transport=transport)
     assert resp.text == f"[{model}] hello"
     assert [(r["kind"], r["status"]) for r in resp.retries] == [("server", status)]
     if model == "r503":  # its Retry-After (0.2 s) wins over the 0.01 s backoff
@@ -129,95 +129,95 @@ def test_server_errors_are_retried(http_client: str,
     assert statuses(server, model) == [status, 200]
 
 
-@HTTP_CLIENTS
-def test_connection_reset_is_a_transport_error_and_retried(http_client: str,
+@TRANSPORTS
+def test_connection_reset_is_a_transport_error_and_retried(transport: str,
                                                            server: ScriptedServer) -> None:
-    resp = chat(server, "reset1", http_client=http_client)
+    resp = chat(server, "reset1", transport=transport)
     assert resp.text == "[reset1] hello"
     assert [(r["kind"], r["status"]) for r in resp.retries] == [("transport", None)]
     assert statuses(server, "reset1") == [0, 200]  # 0: the server dropped the connection
 
 
-@HTTP_CLIENTS
-def test_truncated_json_is_a_server_error_and_retried(http_client: str,
+@TRANSPORTS
+def test_truncated_json_is_a_server_error_and_retried(transport: str,
                                                       server: ScriptedServer) -> None:
-    resp = chat(server, "trunc1", http_client=http_client)
+    resp = chat(server, "trunc1", transport=transport)
     assert resp.text == "[trunc1] hello"
     assert [r["kind"] for r in resp.retries] == ["server"]
     assert statuses(server, "trunc1") == [200, 200]
 
 
-@HTTP_CLIENTS
-def test_a_reply_is_read_whole(http_client: str, server: ScriptedServer) -> None:
-    resp = chat(server, "plain", http_client=http_client)
+@TRANSPORTS
+def test_a_reply_is_read_whole(transport: str, server: ScriptedServer) -> None:
+    resp = chat(server, "plain", transport=transport)
     assert (resp.text, resp.model, resp.finish_reason) == ("[plain] hello", "plain", "stop")
     assert (resp.prompt_tokens, resp.completion_tokens, resp.reasoning_tokens) == (1, 2, 0)
     assert resp.request_id and resp.request_id.startswith("req-")  # the x-request-id header
     assert not resp.retries and resp.latency_s > 0
 
 
-@HTTP_CLIENTS
-def test_a_web_page_for_a_reply_names_base_url(http_client: str,
+@TRANSPORTS
+def test_a_web_page_for_a_reply_names_base_url(transport: str,
                                                server: ScriptedServer) -> None:
     with pytest.raises(WorkerError) as info:
-        chat(server, "page", retries=0, http_client=http_client)
+        chat(server, "page", retries=0, transport=transport)
     assert info.value.kind == "server"
     assert "/chat/completions is not JSON (content-type 'text/html" in str(info.value)
     assert "check base_url" in str(info.value)
 
 
-@HTTP_CLIENTS
+@TRANSPORTS
 def test_a_reply_without_choices_is_an_empty_reply_and_asked_again(
-        http_client: str, server: ScriptedServer) -> None:
-    resp = chat(server, "none1", http_client=http_client)
+        transport: str, server: ScriptedServer) -> None:
+    resp = chat(server, "none1", transport=transport)
     assert resp.text == "[none1] hello"
     assert [(r["kind"], r["status"]) for r in resp.retries] == [("empty", None)]
     assert statuses(server, "none1") == [200, 200]
 
 
-@HTTP_CLIENTS
-def test_read_timeout_is_a_transport_error(http_client: str, server: ScriptedServer) -> None:
+@TRANSPORTS
+def test_read_timeout_is_a_transport_error(transport: str, server: ScriptedServer) -> None:
     with pytest.raises(WorkerError) as info:
-        chat(server, "slow", timeout_s=0.5, retries=1, http_client=http_client)
+        chat(server, "slow", timeout_s=0.5, retries=1, transport=transport)
     exc = info.value
     assert exc.kind == "transport" and exc.worker == "slow"
     assert [(r["attempt"], r["kind"]) for r in exc.retries] == [(1, "transport")]
     assert server.stats()["by_model"]["slow"]["requests"] == 2
 
 
-@HTTP_CLIENTS
-def test_empty_replies_are_asked_again(http_client: str, server: ScriptedServer) -> None:
-    resp = chat(server, "empty2", empty_retries=2, http_client=http_client)
+@TRANSPORTS
+def test_empty_replies_are_asked_again(transport: str, server: ScriptedServer) -> None:
+    resp = chat(server, "empty2", empty_retries=2, transport=transport)
     assert resp.text == "[empty2] hello"
     assert [(r["attempt"], r["kind"]) for r in resp.retries] == [(1, "empty"), (2, "empty")]
     assert len(statuses(server, "empty2")) == 3
 
 
-@HTTP_CLIENTS
-def test_an_empty_reply_after_the_re_asks_is_returned(http_client: str,
+@TRANSPORTS
+def test_an_empty_reply_after_the_re_asks_is_returned(transport: str,
                                                       server: ScriptedServer) -> None:
-    resp = chat(server, "empty", empty_retries=1, http_client=http_client)
+    resp = chat(server, "empty", empty_retries=1, transport=transport)
     assert resp.text == ""
     assert [r["kind"] for r in resp.retries] == ["empty"]
     assert len(statuses(server, "empty")) == 2
 
 
-@HTTP_CLIENTS
-def test_auth_errors_are_not_retried_and_hide_the_key(http_client: str,
+@TRANSPORTS
+def test_auth_errors_are_not_retried_and_hide_the_key(transport: str,
                                                       server: ScriptedServer) -> None:
     with pytest.raises(WorkerError) as info:
-        chat(server, "auth", http_client=http_client)
+        chat(server, "auth", transport=transport)
     exc = info.value
     assert (exc.kind, exc.status, exc.retries) == ("auth", 401, [])
     assert SECRET not in str(exc) and SECRET not in repr(exc.args)
     assert statuses(server, "auth") == [401]
 
 
-@HTTP_CLIENTS
-def test_a_permanent_server_error_gives_up_after_the_retries(http_client: str,
+@TRANSPORTS
+def test_a_permanent_server_error_gives_up_after_the_retries(transport: str,
                                                              server: ScriptedServer) -> None:
     with pytest.raises(WorkerError) as info:
-        chat(server, "dead", retries=2, http_client=http_client)
+        chat(server, "dead", retries=2, transport=transport)
     exc = info.value
     assert (exc.kind, exc.status) == ("server", 500)
     assert [(r["attempt"], r["kind"], r["status"]) for r in exc.retries] == [
