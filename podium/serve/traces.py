@@ -422,6 +422,7 @@ def writer_main(argv: list[str]) -> None:
     server's whole process group, stops the server, not it: it stops when its input ends,
     having written everything it was sent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _background()
     folder, keep, mode = argv
     store = TraceStore(folder, int(keep), shared=mode == "shared")
     source, out = sys.stdin.buffer.fileno(), sys.stdout.buffer
@@ -467,6 +468,14 @@ def writer_main(argv: list[str]) -> None:
         if time.monotonic() - sent >= ACK_EVERY_S:
             flush()
     flush()
+
+
+def _background() -> None:
+    """Run this process as batch work (Linux's SCHED_BATCH): woken for each trace, it does
+    not preempt the server it writes for in the middle of a request; it still gets its fair
+    share of the CPU, so it keeps up. Elsewhere nothing changes."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 
 
 def _create(path: Path, text: bytes) -> None:

@@ -344,6 +344,19 @@ def test_a_killed_trace_writer_is_replaced_and_loses_nothing(tmp_path, caplog):
     assert "the trace writer process stopped" in caplog.text
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
+def test_the_trace_writer_runs_as_batch_work(tmp_path):
+    """The writer process never preempts the server on wake-up (SCHED_BATCH), and keeps its
+    fair share of the CPU (its nice value is the server's)."""
+    store = TraceStore(tmp_path / "t", keep=50)
+    assert store.put(new_id(), {"n": 1}).result(20)
+    writer = store._writer._proc.pid
+    assert os.sched_getscheduler(writer) == os.SCHED_BATCH
+    assert os.getpriority(os.PRIO_PROCESS, writer) == os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.sched_getscheduler(0) != os.SCHED_BATCH  # the server's own policy is untouched
+    store.close()
+
+
 def test_a_full_pipe_never_blocks_put(tmp_path):
     """With the writer process stopped, 4 MB of traces overflow the pipe to it: `put` still
     returns at once (the sender thread holds the rest), every trace is readable meanwhile,
