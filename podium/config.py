@@ -113,7 +113,7 @@ class ModelSpec(_Frozen):
     timeout_s: float = Field(600.0, gt=0, description="Read timeout per call.")
     transport: Literal["aiohttp", "openai-sdk"] = Field(
         "aiohttp", description="backend=openai: how calls are sent: aiohttp (podium posts the "
-        "request itself; a fifth of the SDK's CPU a call) or openai-sdk (through the openai "
+        "request itself; a tenth of the SDK's CPU a call) or openai-sdk (through the openai "
         "SDK's AsyncOpenAI).")
     n_ctx: int = Field(4096, ge=256, description="Context window of an embedded model.")
     description: str = Field("", description="Shown to the Conductor only with "

@@ -16,7 +16,7 @@ Both send the same request: the same body and headers (the key as a bearer token
 `OPENAI_ORG_ID` / `OPENAI_PROJECT_ID`, when set, as the SDK sends them), the same connect and
 read timeouts, proxies and CA bundle from the environment. They read the same reply, as plain
 JSON. The SDK's layers (request options, its HTTP client's hooks, its response models) cost
-about five times the CPU of the aiohttp path a call, which is what bounds a busy `podium
+about ten times the CPU of the aiohttp path a call, which is what bounds a busy `podium
 serve` or a large `podium eval` (benchmarks/README.md).
 
 Either way, errors become `WorkerError` in `worker_error` (the message is written by
