@@ -145,7 +145,16 @@ class OpenAICompatClient:
         self._session: aiohttp.ClientSession | None = None  # transport aiohttp, on first use
         self._proxy: str | None = None
         self._sdk: openai.AsyncOpenAI | None = None
-        if spec.transport == "openai-sdk":
+        if spec.transport == "aiohttp":
+            self._proxy = _env_proxy(self._base)  # once: aiohttp's trust_env looks it up
+            if self._proxy and not self._proxy.startswith(("http://", "https://")):  # per call
+                raise ConfigError(
+                    f"Model {self.name!r}: the environment's proxy for {self._base} is "
+                    f"{urllib.parse.urlsplit(self._proxy).scheme}://..., and the aiohttp "
+                    "transport takes HTTP proxies only. Set transport = \"openai-sdk\" for it "
+                    "in the pool file (with httpx's SOCKS support installed), or an HTTP "
+                    "proxy.")
+        else:
             self._sdk = openai.AsyncOpenAI(
                 base_url=spec.base_url,
                 api_key=self._key or "not-needed",
@@ -165,9 +174,8 @@ class OpenAICompatClient:
             if os.environ.get(variable):
                 headers[header] = os.environ[variable]
         ssl = httpx2.create_ssl_context() if self._base.startswith("https:") else False
-        self._proxy = _env_proxy(self._base)
-        self._session = aiohttp.ClientSession(  # trust_env would look up the proxy and .netrc
-            headers=headers,  # in a thread for every call: the proxy is looked up once here
+        self._session = aiohttp.ClientSession(  # not trust_env: it looks up the proxy and
+            headers=headers,  # .netrc in a thread for every call (the proxy is found above)
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.spec.connect_timeout_s,
                                           sock_read=self.spec.timeout_s),
             connector=aiohttp.TCPConnector(limit=0, ssl=ssl, keepalive_timeout=KEEPALIVE_S))

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from podium.config import ModelSpec
-from podium.errors import WorkerError
+from podium.errors import ConfigError, WorkerError
 from podium.llm.base import ChatResponse, Message, retry_after
-from podium.llm.openai_compat import OpenAICompatClient
+from podium.llm.openai_compat import OpenAICompatClient, _env_proxy
 from podium.llm.reliable import RateLimiter, ReliableClient, estimate_tokens
 from podium.testing import ScriptedServer
 from podium.workflow.execute import ExecOptions, Team, WorkflowRun, execute_workflow
@@ -248,6 +248,23 @@ def test_a_failing_worker_follows_the_failure_policy(server: ScriptedServer,
         assert after.status == "ok" and statuses(server, "w0") == [200]
     else:
         assert after.status == "skipped" and statuses(server, "w0") == []
+
+
+def test_the_proxy_is_the_one_the_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY",
+                 "all_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost,.internal")
+    assert _env_proxy("https://api.openai.com/v1") == "http://proxy.example:3128"
+    assert _env_proxy("https://llm.internal/v1") is None  # NO_PROXY
+    assert _env_proxy("http://127.0.0.1:8000/v1") is None  # no HTTP_PROXY
+    monkeypatch.setenv("ALL_PROXY", "socks5://proxy.example:1080")
+    assert _env_proxy("http://127.0.0.1:8000/v1") == "socks5://proxy.example:1080"
+
+    with pytest.raises(ConfigError, match='HTTP proxies only. Set transport = "openai-sdk"'):
+        OpenAICompatClient(ModelSpec(name="w", backend="openai", model="w",
+                                     base_url="http://127.0.0.1:9/v1"))
 
 
 # --------------------------------------------------------------------------------------------
