@@ -18,8 +18,9 @@ Algorithm (after the paper's reference code):
    ``:`` or ``=`` (``model_id``/``model id(s)``, ``subtask(s)``, ``access_list``/``access``).
 3. From the label, take the first ``[`` and its balanced ``]``; brackets inside quoted strings
    (with backslash escapes) do not count. No balanced list means the field is missing.
-4. Decode the list with `ast.literal_eval`, else `json.loads` with ``'`` turned into ``"``,
-   else a naive comma split (quotes and spaces stripped, digit items become ints).
+4. Decode the list with `json.loads` when it is JSON (the fast case: ids, access lists,
+   double-quoted subtasks), else `ast.literal_eval`, else `json.loads` with ``'`` turned into
+   ``"``, else a naive comma split (quotes and spaces stripped, digit items become ints).
 5. Validate, first failure wins: no list at all -> unparseable; all empty -> empty; lengths
    differ -> length_mismatch; more than `max_steps` -> too_many_steps; model ids ->
    bad_model_id; subtasks -> unparseable; access entries -> bad_access (an entry that is not
@@ -125,7 +126,7 @@ def _decode(span: str) -> list[Any]:
         value = json.loads(span)
         if isinstance(value, list):
             return value
-    except (ValueError, RecursionError):
+    except (ValueError, RecursionError, MemoryError):
         pass
     if len(span) <= _MAX_EVAL_CHARS:
         try:
