@@ -16,8 +16,8 @@ Both send the same request: the same body and headers (the key as a bearer token
 `OPENAI_ORG_ID` / `OPENAI_PROJECT_ID`, when set, as the SDK sends them), the same connect and
 read timeouts, proxies and CA bundle from the environment. They read the same reply, as plain
 JSON. The SDK's layers (request options, its HTTP client's hooks, its response models) cost
-about ten times the CPU of the aiohttp path a call, which is what bounds a busy `podium
-serve` or a large `podium eval` (benchmarks/README.md).
+about ten times the CPU of the aiohttp path a call; with fast workers that was most of a busy
+`podium serve`'s CPU (benchmarks/README.md).
 
 Either way, errors become `WorkerError` in `worker_error` (the message is written by
 `podium.llm.errors`), with the HTTP status and the server's Retry-After when there are any.
