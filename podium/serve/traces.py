@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import logging
 import os
@@ -216,11 +217,12 @@ class TraceStore:
 
     def recent(self, n: int = 100, owner: str | None = None) -> list[dict]:
         """The newest `n` traces `owner` may read, newest first: id, created, question,
-        answer."""
+        answer. Traces still on their way to the writer are listed too, as `read` finds them
+        (ids sort by time)."""
         with self._lock:
             if self.shared:
                 self._order = self._scan()
-            ids = list(self._order)[::-1]
+            ids = sorted({*self._order, *self._pending}, reverse=True)
         rows = []
         for trace_id in ids:
             data = self.read(trace_id)
@@ -353,7 +355,9 @@ class _Writer:
         return b"".join(frames)
 
     def _read_acks(self, proc: subprocess.Popen) -> None:
-        for line in proc.stdout:
+        # Buffered: the pipe is unbuffered (bufsize=0, for stdin), and a raw file reads a line
+        # one byte, one system call and one GIL hand-off at a time (14 µs a line, against 0.7).
+        for line in io.BufferedReader(proc.stdout, 1 << 16):
             trace_id, _, status = line.decode("utf-8", "replace").rstrip("\n").partition(" ")
             self.store._written(trace_id, None if status == "ok" else status)
         proc.wait()

@@ -359,8 +359,8 @@ def test_the_trace_writer_runs_as_batch_work(tmp_path):
 
 def test_a_full_pipe_never_blocks_put(tmp_path):
     """With the writer process stopped, 4 MB of traces overflow the pipe to it: `put` still
-    returns at once (the sender thread holds the rest), every trace is readable meanwhile,
-    and all are written once the writer runs again."""
+    returns at once (the sender thread holds the rest), every trace is readable and listed
+    meanwhile, and all are written once the writer runs again."""
     store = TraceStore(tmp_path / "t", keep=50)
     assert store.put(new_id(), {"n": -1}).result(20)
     writer = store._writer._proc
@@ -370,6 +370,8 @@ def test_a_full_pipe_never_blocks_put(tmp_path):
     done = [store.put(tid, {"n": i, "pad": "x" * 200_000}) for i, tid in enumerate(tids)]
     assert time.monotonic() - t0 < 2
     assert store._writer._draining and store.read(tids[-1])["n"] == 19
+    listed = [row["id"] for row in store.recent(100)]  # listed as soon as readable, newest first
+    assert listed[:20] == tids[::-1] and len(listed) == 21
     writer.send_signal(signal.SIGCONT)
     assert all(f.result(30) for f in done)
     store.close()
