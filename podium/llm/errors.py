@@ -48,6 +48,10 @@ HINTS: dict[str, str] = {
     "bad_request": "{vendor} rejected the request; check model, max_tokens, sampling settings, "
     "thinking and extra_body",
     "other": "unexpected error from {vendor}",
+    # a bad_request with status 404: most often a base_url without its /v1, or a model name
+    # the server does not know
+    "not_found": "{vendor} at {url} has no such route or model (HTTP 404); check base_url "
+    "(OpenAI-compatible servers usually end it in /v1) and model",
 }
 
 
@@ -91,6 +95,8 @@ def provider_error(worker: str, kind: str, exc: BaseException, *, vendor: str,
     hint = HINTS.get(kind, HINTS["other"])
     if kind == "transport" and _read_timeout(exc):
         hint = HINTS["read_timeout"]
+    elif kind == "bad_request" and status == 404:
+        hint = HINTS["not_found"]
     timeout = f"timeout_s = {timeout_s:g} s" if timeout_s is not None else "timeout_s"
     detail = hint.format(vendor=vendor, url=url, timeout=timeout)
     if kind != "auth":

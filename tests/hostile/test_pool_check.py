@@ -189,6 +189,30 @@ base_url = "{url}"
     assert "Traceback" not in proc.stderr
 
 
+def test_a_base_url_without_v1_fails_the_check_naming_base_url(tmp_path) -> None:
+    from podium.testing import ScriptedServer
+
+    with ScriptedServer() as server:
+        url = server.base_url.removesuffix("/v1")
+        path = tmp_path / "pool.toml"
+        path.write_text(f"""
+[conductor]
+backend = "function"
+function = "podium.testing.workers:one_step"
+
+[[workers]]
+name = "nov1"
+backend = "openai"
+model = "m"
+base_url = "{url}"
+""")
+        proc = podium("pool", "check", "--pool", str(path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"the endpoint at {url} has no such route or model (HTTP 404); check base_url" \
+        in proc.stdout, proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
 # --- 5. a read timeout is not "could not reach" ---
 
 @pytest.mark.parametrize("transport", ["aiohttp", "openai-sdk"])

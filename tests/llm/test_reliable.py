@@ -176,6 +176,26 @@ def test_a_reply_without_choices_is_an_empty_reply_and_asked_again(
 
 
 @TRANSPORTS
+def test_a_base_url_without_its_v1_is_a_404_that_names_base_url(
+        transport: str, server: ScriptedServer) -> None:
+    async def main() -> ChatResponse:
+        spec = spec_for(server, "w0", transport=transport).model_copy(
+            update={"base_url": server.base_url.removesuffix("/v1")})
+        client = ReliableClient(OpenAICompatClient(spec), spec)
+        try:
+            return await client.chat(HELLO)
+        finally:
+            await client.aclose()
+
+    assert server.base_url.endswith("/v1")
+    with pytest.raises(WorkerError) as info:
+        run(main())
+    exc = info.value
+    assert (exc.kind, exc.status, exc.retries) == ("bad_request", 404, [])  # not asked again
+    assert "no such route or model (HTTP 404); check base_url" in str(exc)
+
+
+@TRANSPORTS
 def test_read_timeout_is_a_transport_error(transport: str, server: ScriptedServer) -> None:
     with pytest.raises(WorkerError) as info:
         chat(server, "slow", timeout_s=0.5, retries=1, transport=transport)
