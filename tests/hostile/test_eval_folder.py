@@ -127,8 +127,8 @@ def test_a_second_eval_into_a_busy_folder_is_refused_and_names_the_holder(folder
         assert "Traceback" not in second.stderr
     finally:
         folder.gate.touch()
-        first.wait(60)
-    assert first.returncode == 0, first.stderr.read()
+        _, err = first.communicate(timeout=60)  # reads stderr to its end and closes it
+    assert first.returncode == 0, err
     keys = folder.result_keys()
     assert len(keys) == len(set(keys)) == N  # every item recorded once
     assert folder.call_pids() == [first.pid] * N  # and paid once, by the first run only
