@@ -365,14 +365,16 @@ def test_a_full_pipe_never_blocks_put(tmp_path):
     assert store.put(new_id(), {"n": -1}).result(20)
     writer = store._writer._proc
     writer.send_signal(signal.SIGSTOP)
-    tids = [new_id() for _ in range(20)]
-    t0 = time.monotonic()
-    done = [store.put(tid, {"n": i, "pad": "x" * 200_000}) for i, tid in enumerate(tids)]
-    assert time.monotonic() - t0 < 2
-    assert store._writer._draining and store.read(tids[-1])["n"] == 19
-    listed = [row["id"] for row in store.recent(100)]  # listed as soon as readable, newest first
-    assert listed[:20] == tids[::-1] and len(listed) == 21
-    writer.send_signal(signal.SIGCONT)
+    try:
+        tids = [new_id() for _ in range(20)]
+        t0 = time.monotonic()
+        done = [store.put(tid, {"n": i, "pad": "x" * 200_000}) for i, tid in enumerate(tids)]
+        assert time.monotonic() - t0 < 2
+        assert store._writer._draining and store.read(tids[-1])["n"] == 19
+        listed = [row["id"] for row in store.recent(100)]  # as soon as readable, newest first
+        assert listed[:20] == tids[::-1] and len(listed) == 21
+    finally:  # a failed assertion leaves no stopped process behind
+        writer.send_signal(signal.SIGCONT)
     assert all(f.result(30) for f in done)
     store.close()
     assert all(json.loads((tmp_path / "t" / f"{tid}.json").read_text())["n"] == i
