@@ -122,6 +122,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(traces.start)
         yield
         await pipeline.aclose()
         await asyncio.to_thread(traces.close)

@@ -17,8 +17,8 @@ with the time they were made (`new_id`).
 
 The server hands traces over with `put`, which returns at once, and `read` serves a trace
 that is still waiting from memory, so an id returned with an answer can be fetched straight
-away. The files are written by a writer process of their own (`writer_main`, started at the
-first `put`), not by a thread of the server's: every system call of a file write releases
+away. The files are written by a writer process of their own (`writer_main`, started by `start`
+or at the first `put`), not by a thread of the server's: every system call of a file write releases
 the GIL, and a thread must then take it back from a busy event loop; those hand-overs cost
 the server about 1 ms of CPU a request, half of what the pipeline itself costs
 (benchmarks/README.md, serve.py). `put` pickles the trace (the writer process makes the
@@ -176,6 +176,13 @@ class TraceStore:
             self._writer.offer(frame)
         return written
 
+    def start(self) -> None:
+        """Start the writer process now (the server does, at startup), so that the first trace
+        is not kept waiting for a Python process to start (~0.2 s: felt by a request that
+        waits for its trace, `--processes` with `return_trace_id`). Without it, the first
+        `put` starts the writer."""
+        self._writer.start()
+
     def close(self) -> None:
         """Write every trace handed over, then stop the writer process."""
         self._writer.stop()
@@ -272,6 +279,11 @@ class _Writer:
         self._wake: queue.SimpleQueue[bool] = queue.SimpleQueue()  # False: stop
         self._sender: threading.Thread | None = None
         self._stopping = False
+
+    def start(self) -> None:
+        with self._lock:
+            if self._proc is None and not self._stopping:
+                self._start()
 
     def offer(self, frame: bytes) -> None:
         with self._lock:

@@ -357,6 +357,18 @@ def test_the_trace_writer_runs_as_batch_work(tmp_path):
     store.close()
 
 
+def test_the_trace_writer_starts_with_the_server(pool_file, tmp_path):
+    """The writer process is up before the first request, and the first trace goes straight
+    into its pipe (no sender thread started for it)."""
+    with ThreadServer(pool_file, tmp_path / "traces", keys=(KEY,)) as srv:
+        store = srv.app.state.traces
+        writer = store._writer._proc
+        assert writer is not None and writer.poll() is None
+        assert store.put(new_id(), {"n": 1}).result(20)
+        assert store._writer._sender is None and store._writer._proc is writer
+    assert writer.wait(20) == 0  # and it stops with the server
+
+
 def test_a_full_pipe_never_blocks_put(tmp_path):
     """With the writer process stopped, 4 MB of traces overflow the pipe to it: `put` still
     returns at once (the sender thread holds the rest), every trace is readable and listed
