@@ -15,20 +15,20 @@ full, each new trace is written into the oldest one's file, renamed (`_recycle`:
 than a new file and a deletion), and the order is rebuilt at start from the ids, which begin
 with the time they were made (`new_id`).
 
-The server hands traces over with `put`, which returns at once, and `read` serves a trace
-that is still waiting from memory, so an id returned with an answer can be fetched straight
-away. The files are written by a writer process of their own (`writer_main`, started by `start`
-or at the first `put`), not by a thread of the server's: every system call of a file write releases
-the GIL, and a thread must then take it back from a busy event loop; those hand-overs cost
-the server about 1 ms of CPU a request, half of what the pipeline itself costs
-(benchmarks/README.md, serve.py). `put` pickles the trace (the writer process makes the
-JSON) and writes it into the pipe to the writer process itself (one non-blocking system
-call, no thread woken); only when the pipe is full does a sender thread take over
-(`_Writer`). The writer process writes the files,
-deletes the oldest, and acknowledges the traces on its stdout, a batch at most every
-`ACK_EVERY_S` (a thread here reads them and completes `put`'s futures). A writer process that
-dies is replaced and sent every trace still unacknowledged; `close` lets it finish, and
-writes in this process any trace it did not acknowledge (the server calls it at shutdown).
+The server hands traces over with `put`, which returns at once, and `read` serves a trace that
+is still waiting from memory, so an id returned with an answer can be fetched straight away.
+The files are written by a writer process of their own (`writer_main`, started by `start` or at
+the first `put`), not by a thread of the server's: every system call of a file write releases
+the GIL, and a thread must then take it back from a busy event loop; those hand-overs cost the
+server about 1 ms of CPU a request, half of what the pipeline itself costs
+(benchmarks/README.md, serve.py). `put` pickles the trace (the writer process makes the JSON)
+and writes it into the pipe to the writer process itself (one non-blocking system call, no
+thread woken); only when the pipe is full does a sender thread take over (`_Writer`). The
+writer process writes the files, deletes the oldest, and acknowledges the traces on its stdout,
+a batch at most every `ACK_EVERY_S` (a thread here reads them and completes `put`'s futures). A
+writer process that dies is replaced and sent every trace still unacknowledged; `close` lets it
+finish, and writes in this process any trace it did not acknowledge (the server calls it at
+shutdown).
 
 `shared=True` is for a folder that several server processes write (`podium serve
 --processes N`): each process re-reads the folder's order every `RESCAN` writes it makes and
@@ -224,12 +224,14 @@ class TraceStore:
 
     def recent(self, n: int = 100, owner: str | None = None) -> list[dict]:
         """The newest `n` traces `owner` may read, newest first: id, created, question,
-        answer. Traces still on their way to the writer are listed too, as `read` finds them
-        (ids sort by time)."""
+        answer. Traces still on their way to the writer are listed too (the newest), as `read`
+        finds them."""
         with self._lock:
             if self.shared:
                 self._order = self._scan()
-            ids = sorted({*self._order, *self._pending}, reverse=True)
+            listed = set(self._order)
+            waiting = sorted(t for t in self._pending if t not in listed)  # by time: UUIDv7
+            ids = [*self._order, *waiting][::-1]
         rows = []
         for trace_id in ids:
             data = self.read(trace_id)
