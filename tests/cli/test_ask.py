@@ -62,12 +62,14 @@ def test_ask_trace_file_holds_the_conductor_prompt(embedded_run):
     assert conductor["parse_error"] is None  # the grammar keeps the output valid
 
 
-def test_ask_table_output(tmp_path):
-    proc = podium("ask", "Name a fruit that is yellow.")
+def test_ask_table_output(embedded_run):
+    # the question the JSON run asked: its calls come from the response cache
+    proc = podium("ask", "What is 3 + 4?")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for part in ("Workflow (round 0)", "step", "worker", "subtask", "Answer", "Totals", "calls"):
         assert part in out
+    assert "from the cache" in out and "(paid 0 calls" in out
 
 
 BAD_POOLS = {
@@ -102,8 +104,9 @@ def test_missing_pool_file(tmp_path):
     assert proc.returncode == 2 and "does not exist" in proc.stderr
 
 
-def _http_pool(tmp_path, base_url: str, key_env: str | None) -> Path:
+def _http_pool(tmp_path, base_url: str, key_env: str | None, settings: str = "") -> Path:
     key = f'api_key_env = "{key_env}"\n' if key_env else ""
+    key += settings
     pool = tmp_path / "pool.toml"
     pool.write_text(
         f'[conductor]\nbackend = "openai"\nmodel = "m"\nbase_url = "{base_url}"\n{key}'
@@ -125,7 +128,8 @@ def test_unreachable_base_url(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}/v1"  # nothing listens there
-    pool = _http_pool(tmp_path, url, "PODIUM_TEST_KEY")
+    # one quick retry: the default four, backing off 1, 2, 4, 8 s, take ~12 s
+    pool = _http_pool(tmp_path, url, "PODIUM_TEST_KEY", "retries = 1\nbackoff_s = 0.05\n")
     secret = "sk-test-never-print-this-0123456789"
     proc = podium("ask", "hi", "--pool", str(pool), env={"PODIUM_TEST_KEY": secret})
     assert proc.returncode == 1
