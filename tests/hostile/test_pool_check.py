@@ -166,8 +166,8 @@ def test_a_failed_check_closes_its_client(monkeypatch) -> None:
 
 # --- 4. a failing model: rc 1 and its reason, readable on an 80-column terminal ---
 
-def test_a_dead_endpoint_fails_the_check_with_its_reason(tmp_path) -> None:
-    url = f"http://127.0.0.1:{closed_port()}/v1"
+def one_worker_pool(tmp_path, name: str, url: str):
+    """A pool file: a function Conductor and one `openai` worker at `url`."""
     path = tmp_path / "pool.toml"
     path.write_text(f"""
 [conductor]
@@ -175,11 +175,17 @@ backend = "function"
 function = "podium.testing.workers:one_step"
 
 [[workers]]
-name = "dead"
+name = "{name}"
 backend = "openai"
 model = "m"
 base_url = "{url}"
 """)
+    return path
+
+
+def test_a_dead_endpoint_fails_the_check_with_its_reason(tmp_path) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    path = one_worker_pool(tmp_path, "dead", url)
     proc = podium("pool", "check", "--pool", str(path), columns=80)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "dead" in proc.stdout and "transport" in proc.stdout
@@ -194,19 +200,7 @@ def test_a_base_url_without_v1_fails_the_check_naming_base_url(tmp_path) -> None
 
     with ScriptedServer() as server:
         url = server.base_url.removesuffix("/v1")
-        path = tmp_path / "pool.toml"
-        path.write_text(f"""
-[conductor]
-backend = "function"
-function = "podium.testing.workers:one_step"
-
-[[workers]]
-name = "nov1"
-backend = "openai"
-model = "m"
-base_url = "{url}"
-""")
-        proc = podium("pool", "check", "--pool", str(path))
+        proc = podium("pool", "check", "--pool", str(one_worker_pool(tmp_path, "nov1", url)))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"the endpoint at {url} has no such route or model (HTTP 404); check base_url" \
         in proc.stdout, proc.stdout
