@@ -16,8 +16,8 @@ Both send the same request: the same body and headers (the key as a bearer token
 `OPENAI_ORG_ID` / `OPENAI_PROJECT_ID`, when set, as the SDK sends them), the same connect and
 read timeouts, proxies and CA bundle from the environment. They read the same reply, as plain
 JSON. The SDK's layers (request options, its HTTP client's hooks, its response models) cost
-about ten times the CPU of the aiohttp path a call; with fast workers that was most of a busy
-`podium serve`'s CPU (benchmarks/README.md).
+about ten times the CPU of the aiohttp path a call; with fast workers that was about half of
+a busy `podium serve`'s CPU (benchmarks/README.md).
 
 Either way, errors become `WorkerError` in `worker_error` (the message is written by
 `podium.llm.errors`), with the HTTP status and the server's Retry-After when there are any.
@@ -146,8 +146,9 @@ class OpenAICompatClient:
         self._proxy: str | None = None
         self._sdk: openai.AsyncOpenAI | None = None
         if spec.transport == "aiohttp":
-            self._proxy = _env_proxy(self._base)  # once: aiohttp's trust_env looks it up
-            if self._proxy and not self._proxy.startswith(("http://", "https://")):  # per call
+            # looked up once here; aiohttp's trust_env would look it up on every call
+            self._proxy = _env_proxy(self._base)
+            if self._proxy and not self._proxy.startswith(("http://", "https://")):
                 raise ConfigError(
                     f"Model {self.name!r}: the environment's proxy for {self._base} is "
                     f"{urllib.parse.urlsplit(self._proxy).scheme}://..., and the aiohttp "
@@ -174,8 +175,10 @@ class OpenAICompatClient:
             if os.environ.get(variable):
                 headers[header] = os.environ[variable]
         ssl = httpx2.create_ssl_context() if self._base.startswith("https:") else False
-        self._session = aiohttp.ClientSession(  # not trust_env: it looks up the proxy and
-            headers=headers,  # .netrc in a thread for every call (the proxy is found above)
+        # not trust_env: it looks up the proxy and .netrc in a thread for every call (the
+        # proxy is found once, in __init__)
+        self._session = aiohttp.ClientSession(
+            headers=headers,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.spec.connect_timeout_s,
                                           sock_read=self.spec.timeout_s),
             connector=aiohttp.TCPConnector(limit=0, ssl=ssl, keepalive_timeout=KEEPALIVE_S))
