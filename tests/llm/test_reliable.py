@@ -73,9 +73,9 @@ def _env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def spec_for(server: ScriptedServer, model: str, **kwargs: Any) -> ModelSpec:
-    settings: dict[str, Any] = {"backoff_s": 0.01, "backoff_max_s": 0.05, **kwargs}
-    return ModelSpec(name=model, backend="openai", model=model, base_url=server.base_url,
-                     api_key_env=KEY_ENV, **settings)
+    settings: dict[str, Any] = {"base_url": server.base_url, "backoff_s": 0.01,
+                                "backoff_max_s": 0.05, **kwargs}
+    return ModelSpec(name=model, backend="openai", model=model, api_key_env=KEY_ENV, **settings)
 
 
 def reliable(server: ScriptedServer, model: str, limiter: RateLimiter | None = None,
@@ -178,18 +178,9 @@ def test_a_reply_without_choices_is_an_empty_reply_and_asked_again(
 @TRANSPORTS
 def test_a_base_url_without_its_v1_is_a_404_that_names_base_url(
         transport: str, server: ScriptedServer) -> None:
-    async def main() -> ChatResponse:
-        spec = spec_for(server, "w0", transport=transport).model_copy(
-            update={"base_url": server.base_url.removesuffix("/v1")})
-        client = ReliableClient(OpenAICompatClient(spec), spec)
-        try:
-            return await client.chat(HELLO)
-        finally:
-            await client.aclose()
-
     assert server.base_url.endswith("/v1")
     with pytest.raises(WorkerError) as info:
-        run(main())
+        chat(server, "w0", transport=transport, base_url=server.base_url.removesuffix("/v1"))
     exc = info.value
     assert (exc.kind, exc.status, exc.retries) == ("bad_request", 404, [])  # not asked again
     assert "no such route or model (HTTP 404); check base_url" in str(exc)
