@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from podium.train.credit import dead_steps, live_mask, step_spans
+from podium.train.credit import dead_steps, live_mask, step_spans, token_ends
 
 
 def test_dead_steps_follow_the_access_lists():
@@ -141,3 +141,29 @@ def test_a_subtask_weight_needs_live_credit():
     ok = train_config_from_dict({**base, "grpo": {"credit": "live", "constrained": True,
                                                   "subtask_weight": 0.5}})
     assert ok.grpo.subtask_weight == 0.5
+
+
+def every_prefix(tokenizer, ids):
+    return [len(tokenizer.decode(ids[:k + 1], skip_special_tokens=True)) for k in range(len(ids))]
+
+
+def test_token_ends_match_decoding_every_prefix(tokenizer):
+    import random
+
+    text = 'think… «so» ✓\nmodel_id = [1]\nsubtasks = ["Count 中文 letters 😀🎉 in café"]'
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    assert token_ends(tokenizer, ids) == every_prefix(tokenizer, ids)
+    rng = random.Random(0)  # arbitrary ids: characters split across tokens, invalid bytes
+    for _ in range(50):
+        ids = [rng.randrange(tokenizer.vocab_size) for _ in range(24)]
+        assert token_ends(tokenizer, ids) == every_prefix(tokenizer, ids)
+
+
+def test_token_ends_fall_back_when_pieces_do_not_add_up(tokenizer):
+    class LeadingSpaceDropped:  # as SentencePiece decoding drops a text's leading space
+        def decode(self, ids, skip_special_tokens=False):
+            return tokenizer.decode(ids, skip_special_tokens=skip_special_tokens).lstrip(" ")
+
+    odd = LeadingSpaceDropped()
+    ids = tokenizer("Add the numbers and say the sum", add_special_tokens=False)["input_ids"]
+    assert token_ends(odd, ids) == every_prefix(odd, ids)
