@@ -34,6 +34,7 @@ the few tokens that decide the plan (docs/gym.md, runs X and Y: the reverse fami
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -93,9 +94,15 @@ def live_mask(tokenizer: Any, completion_ids: Sequence[int],
         weighted += [(*spans[i][1], subtask_weight) for i in range(len(spans)) if i not in gone]
     if not weighted:  # every step live, subtasks at full weight
         return [1] * len(ids)
+    weighted.sort()  # the spans do not overlap: sorted by start, they are sorted by end too
+    span_ends = [b for _, b, _ in weighted]
     mask, begin = [], 0
     for end in token_ends(tokenizer, ids):
-        mask.append(min((w for a, b, w in weighted if begin < b and a < end), default=1))
+        weight, i = 1, bisect.bisect_right(span_ends, begin)  # the first span ending past begin
+        while i < len(weighted) and weighted[i][0] < end:
+            weight = min(weight, weighted[i][2])
+            i += 1
+        mask.append(weight)
         begin = end
     return mask
 
