@@ -18,8 +18,10 @@ event loop's load (the direct way at 32 in flight: 316–375 requests/s with `on
 For each concurrency C (default 1, 8 and 32) every way runs `--repeats` times, the ways taking
 turns, and the medians are reported: requests per second, p50 / p95 latency, CPU time per
 request (the direct way: this process; served: every process of that server, its trace
-writers included), the server's overhead per request (served p50 − direct p50) and the
-served / direct throughput ratio.
+writers included), the machine's steal time meanwhile (the share of its CPU a hypervisor gave
+to other guests), the server's overhead per request (served p50 − direct p50) and the
+served / direct throughput ratio. A fixed pure-Python loop is timed before and after the runs:
+the machine's speed then, so a run on a slowed machine can be told from slower code.
 Both sides run on the event loop the server runs on (uvloop, which uvicorn picks up when the
 `serve` extra installed it; asyncio otherwise). Targets: overhead under 5 ms p50, and no loss
 of throughput at 32 (served ≥ 95% of direct). Where the direct way is itself CPU-bound (short
@@ -70,6 +72,7 @@ transport = "{transport}"
 cache = false
 """
 OVERHEAD_MS, THROUGHPUT = 5.0, 0.95
+STEAL_PCT = 5.0  # steal time (% of the machine's CPU) past which a run is flagged as contended
 
 
 def event_loop() -> str:
@@ -100,9 +103,33 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def machine_ticks() -> tuple[int, int]:
+    """(steal, total) clock ticks of the whole machine so far, from /proc/stat ((0, 0) where
+    there is none): the share a hypervisor gave to other guests while this one wanted to run."""
+    try:
+        with open("/proc/stat") as fh:
+            ticks = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return (ticks[7] if len(ticks) > 7 else 0), sum(ticks[:8])
+
+
+def speed_probe(repeats: int = 5) -> float:
+    """Milliseconds a fixed pure-Python loop takes (median): the machine's speed at the time,
+    so runs on a slowed machine can be told from slower code."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        total = 0
+        for i in range(300_000):
+            total += i * i % 7
+        times.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(times)
+
+
 async def load(call, n: int, concurrency: int, cpu=time.process_time) -> dict:
-    """`n` calls, at most `concurrency` in flight; per-call latency, overall rate, and the CPU
-    ms per call `cpu()` (seconds) counted meanwhile."""
+    """`n` calls, at most `concurrency` in flight; per-call latency, overall rate, the CPU ms
+    per call `cpu()` (seconds) counted meanwhile, and the machine's steal time meanwhile."""
     gate = asyncio.Semaphore(concurrency)
     times: list[float] = []
 
@@ -112,12 +139,14 @@ async def load(call, n: int, concurrency: int, cpu=time.process_time) -> dict:
             await call(i)
             times.append(time.perf_counter() - t0)
 
-    c0, t0 = cpu(), time.perf_counter()
+    (steal0, ticks0), c0, t0 = machine_ticks(), cpu(), time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(n)))
     wall = time.perf_counter() - t0
+    steal1, ticks1 = machine_ticks()
     return {"rps": n / wall, "p50_ms": 1000 * statistics.median(times),
             "p95_ms": 1000 * pct(times, 0.95), "wall_s": wall,
-            "cpu_ms": 1000 * (cpu() - c0) / n}
+            "cpu_ms": 1000 * (cpu() - c0) / n,
+            "steal_pct": 100 * (steal1 - steal0) / max(1, ticks1 - ticks0)}
 
 
 def question(i: int) -> str:
@@ -266,7 +295,7 @@ def main() -> None:
     args = parser.parse_args()
 
     rows = []
-    t_start = time.perf_counter()
+    t_start, probe_start = time.perf_counter(), speed_probe()
     with ScriptedServer(latency=args.latency, reply_by_model={"w0": "<answer>1</answer>"}) as ws, \
             tempfile.TemporaryDirectory() as tmp:
         pool_file = Path(tmp) / "pool.toml"
@@ -301,12 +330,15 @@ def main() -> None:
                 proc.terminate()
                 proc.wait(30)
 
+    probe_end = speed_probe()
     print(f"worker latency {1000 * args.latency:.0f} ms · {platform.machine()}, "
           f"{os.cpu_count()} cores · event loop {event_loop()} · worker transport "
           f"{args.transport} · medians of {args.repeats} "
-          f"runs a way ({time.perf_counter() - t_start:.0f} s)\n")
-    print(f"{'conc':>4}  {'way':<22} {'rps':>7} {'p50 ms':>7} {'p95 ms':>7} {'cpu ms/req':>10}  "
-          f"{'overhead p50':>12} {'vs direct':>9}")
+          f"runs a way ({time.perf_counter() - t_start:.0f} s)")
+    print(f"machine speed: a fixed Python loop took {probe_start:.1f} ms before the runs and "
+          f"{probe_end:.1f} ms after (less is faster)\n")
+    print(f"{'conc':>4}  {'way':<22} {'rps':>7} {'p50 ms':>7} {'p95 ms':>7} {'cpu ms/req':>10} "
+          f"{'steal':>5}  {'overhead p50':>12} {'vs direct':>9}")
     for r in rows:
         ways = [("direct", "direct (Pipeline.ask)")] + [
             (f"served-{p}", f"served, {p} process{'es' if p > 1 else ''}")
@@ -316,7 +348,7 @@ def main() -> None:
             more = (f"  {w['overhead_p50_ms']:>9.1f} ms {w['throughput_ratio']:>9.0%}"
                     if "overhead_p50_ms" in w else "")
             print(f"{r['concurrency']:>4}  {label:<22} {w['rps']:>7.1f} {w['p50_ms']:>7.1f} "
-                  f"{w['p95_ms']:>7.1f} {w['cpu_ms']:>10.2f}{more}")
+                  f"{w['p95_ms']:>7.1f} {w['cpu_ms']:>10.2f} {w['steal_pct']:>4.0f}%{more}")
     verdicts = {}
     top = max(rows, key=lambda r: r["concurrency"])
     for p in args.processes:
@@ -327,10 +359,18 @@ def main() -> None:
               f"concurrency: {'PASS' if overhead_ok else 'MISS'}; served ≥ {THROUGHPUT:.0%} of "
               f"direct at {top['concurrency']}: {'PASS' if throughput_ok else 'MISS'}", end="")
     print()
+    steal = max(w["steal_pct"] for w in (top["direct"], *(top[f"served-{p}"]
+                                                         for p in args.processes)))
+    if steal >= STEAL_PCT:
+        print(f"Note: the hypervisor took up to {steal:.0f}% of this machine's CPU during the "
+              f"runs at {top['concurrency']} (steal time): a served request needs more CPU than "
+              "a direct one, so these figures are the contended machine's as much as the "
+              "server's. Compare runs with little steal.")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"latency_s": args.latency, "loop": event_loop(),
                                     "transport": args.transport,
                                     "repeats": args.repeats, "rows": rows,
+                                    "speed_probe_ms": [probe_start, probe_end],
                                     "targets": verdicts}, indent=2))
     print(f"wrote {args.out}")
 
