@@ -7,7 +7,8 @@ set so when a file is reused; 0700 folders podium creates).
 
 Each trace written for a request made with an API key holds its owner (`podium.serve.auth.
 owner_of`, a salted hash, never the key): `read_as` and `recent` give a key its own traces
-only, and leave the owner field out of what they return.
+only (never a trace without an owner, which a server without keys wrote), and leave the owner
+field out of what they return.
 
 Ids are `tr-` and 32 hex digits; anything else is refused before a path is built, so an id can
 never name a file outside the folder. The folder keeps the newest `keep` traces: once it is
@@ -215,8 +216,10 @@ class TraceStore:
 
     def read_as(self, trace_id: str, owner: str | None) -> dict | None:
         """The trace as `owner` may see it (None: not theirs, or no such trace), without its
-        owner field. A trace without an owner (a server without keys wrote it) is anyone's;
-        `owner` None (a server without keys) reads every trace."""
+        owner field. `owner` None (a server without keys) reads every trace; a key reads the
+        traces it made only, so not one without an owner, which a server without keys (or a
+        podium from before owners) wrote into the same folder: those hold someone's
+        conversation too."""
         data = self.read(trace_id)
         if data is None or not _readable(data, owner):
             return None
@@ -538,4 +541,4 @@ def _recycle(old: Path, path: Path, text: bytes) -> bool:
 
 
 def _readable(data: dict, owner: str | None) -> bool:
-    return owner is None or data.get("owner") in (None, owner)
+    return owner is None or data.get("owner") == owner

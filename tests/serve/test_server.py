@@ -216,6 +216,21 @@ def test_a_key_reads_only_its_own_traces(client, http):
     assert "owner" not in http.get(f"/v1/traces/{tid}", headers=auth()).json()
 
 
+def test_a_key_does_not_read_a_trace_without_an_owner(server, http):
+    """A trace written by a server without keys (`--no-auth`, the same folder) holds someone's
+    conversation too: a server with keys serves it to no key."""
+    tid = new_id()
+    (server.config.trace_dir / f"{tid}.json").write_text(json.dumps(
+        {"id": tid, "question": "private", "answer": "x"}))
+    store = server.app.state.traces
+    assert store.read(tid)["question"] == "private"  # there, and readable without keys
+    assert store.read_as(tid, None)["question"] == "private"
+    for key in (KEY, OTHER_KEY):
+        resp = http.get(f"/v1/traces/{tid}", headers=auth(key))
+        assert resp.status_code == 404 and resp.json()["error"]["code"] == "trace_not_found"
+        assert http.get(f"/traces/{tid}", auth=httpx.BasicAuth("me", key)).status_code == 404
+
+
 def test_trace_auth_and_unknown_ids(http):
     assert http.get(f"/v1/traces/{new_id()}").status_code == 401
     for bad in (new_id(), "tr-xyz", "..%2F..%2Fetc%2Fpasswd", "%2e%2e"):
