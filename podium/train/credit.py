@@ -114,17 +114,18 @@ def token_ends(tokenizer: Any, ids: list[int]) -> list[int]:
     Decoded a piece at a time from the last clean boundary (a piece that does not end in a
     partial character, U+FFFD), so in time linear in the completion's length; decoding every
     prefix took 26 ms for 350 tokens and grows with the square. A tokenizer whose pieces do
-    not add up to the whole text (one that drops a piece's leading space, say) gets every
+    not join into the whole text (one that drops a piece's leading space, say) gets every
     prefix decoded instead."""
-    def length(part: list[int]) -> int:
-        return len(tokenizer.decode(part, skip_special_tokens=True))
+    def text(part: list[int]) -> str:
+        return tokenizer.decode(part, skip_special_tokens=True)
 
-    ends, anchor, base = [], 0, 0
+    ends, pieces, anchor, base, piece = [], [], 0, 0, ""
     for k in range(len(ids)):
-        piece = tokenizer.decode(ids[anchor:k + 1], skip_special_tokens=True)
+        piece = text(ids[anchor:k + 1])
         ends.append(base + len(piece))
         if not piece.endswith("\ufffd"):
-            anchor, base = k + 1, ends[-1]
-    if ends and ends[-1] != length(ids):
-        return [length(ids[:k + 1]) for k in range(len(ids))]
+            pieces.append(piece)
+            anchor, base, piece = k + 1, ends[-1], ""
+    if "".join(pieces) + piece != text(ids):
+        return [len(text(ids[:k + 1])) for k in range(len(ids))]
     return ends
