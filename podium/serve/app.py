@@ -17,12 +17,13 @@ named as in the pool: a request for it is one call to that worker with the bare 
 its usage and trace like any other, so a single worker can be evaluated served the same way
 as the team.
 
-One request, top to bottom (`chat`): check the key, read the body (refused past
-`max_request_bytes` while it is read, not after), validate it (`protocol`), name the sub-pool,
-take a run slot (429 when `max_concurrency` runs are in flight: the server never queues
-work it cannot start), run the pipeline as a task whose progress events feed the stream (a
-request that does not stream gets none made), hand the trace to the store's writer process,
-answer.
+One request, top to bottom (`chat`; it and `responses` are answered by `podium.serve.
+pipeline_routes`, past Starlette's router and exception layers): check the key, read the
+body (refused past `max_request_bytes` while it is read, not after), validate it
+(`protocol`), name the sub-pool, take a run slot (429 when `max_concurrency` runs are in
+flight: the server never queues work it cannot start), run the pipeline as a task whose
+progress events feed the stream (a request that does not stream gets none made), hand the
+trace to the store's writer process, answer.
 
 One `Pipeline` serves every request, so each worker's concurrency limit holds across all of
 them (with `podium serve --processes N`, across the requests of one process: the command
@@ -48,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from podium.baselines import SOLVE, bare_question
@@ -59,6 +60,7 @@ from podium.serve import responses_api as RA
 from podium.serve.access import RUN_NOTE, AccessLog
 from podium.serve.auth import KeyCheck
 from podium.serve.errors import ApiError, bad_request
+from podium.serve.pipeline_routes import PipelineRoutes, unexpected
 from podium.serve.protocol import ChatRequest, Options, parse_body, question_of
 from podium.serve.traces import TraceStore, new_id
 from podium.viewer import index_page, trace_page
@@ -131,7 +133,6 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                   openapi_url=None)
     app.state.slots = slots
     app.state.traces = traces
-    app.add_middleware(AccessLog)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -150,10 +151,8 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
         return ApiError(exc.status_code, str(exc.detail)).response()
 
     @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
-        return ApiError(500, f"podium failed unexpectedly ({type(exc).__name__}); the server "
-                        "log has the traceback.", code="internal").response()
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        return unexpected(request, exc)
 
     async def auth(request: Request) -> str | None:  # async: FastAPI runs a sync one in a thread
         return check(request.headers.get("authorization"))
@@ -245,8 +244,9 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
         return StreamingResponse(events, media_type="text/event-stream", headers={
             "Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
 
-    # The two routes that run the pipeline are plain Starlette routes: no dependency solving
-    # and no response model on the path every request takes.
+    # The two routes that run the pipeline: answered by PipelineRoutes, past the router and
+    # the exception layers; also plain Starlette routes (no dependency solving, no response
+    # model) for what PipelineRoutes passes on.
     async def chat(request: Request):
         owner = await auth(request)
         req, opts = parse_body(await _read_body(request, config.max_request_bytes))
@@ -275,8 +275,11 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
             ids[0], created, req.model, req, output=[RA.message_item(ids[2], result.answer)],
             result=result, trace_id=shown_tid), headers=headers)
 
-    app.add_route("/v1/chat/completions", chat, methods=["POST"])
-    app.add_route("/v1/responses", responses, methods=["POST"])
+    routes = {"/v1/chat/completions": chat, "/v1/responses": responses}
+    for path, handler in routes.items():
+        app.add_route(path, handler, methods=["POST"])
+    app.add_middleware(PipelineRoutes, routes=routes)
+    app.add_middleware(AccessLog)  # added last: the outermost, so it sees every request
     return app
 
 

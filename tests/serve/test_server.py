@@ -600,6 +600,30 @@ def test_one_access_line_per_request(http, logs):
                for x in lines_for('"POST /v1/chat/completions HTTP/1.1" 502 '))
 
 
+
+def test_an_unexpected_error_is_a_500_logged_with_its_traceback(http, logs, monkeypatch):
+    """An exception no route expects (a podium bug) answers an OpenAI-style 500, on both
+    routes that run the pipeline, and leaves its traceback and an access line in the log."""
+    from podium.pipeline import Pipeline
+
+    async def crossed(self, *args, **kwargs):
+        raise RuntimeError("wires crossed")
+
+    monkeypatch.setattr(Pipeline, "ask", crossed)
+    for path, payload in (("/v1/chat/completions", body()),
+                          ("/v1/responses", {"model": "podium", "input": "hi"})):
+        resp = http.post(path, json=payload, headers=auth())
+        assert resp.status_code == 500, path
+        error = resp.json()["error"]
+        assert error["code"] == "internal" and "RuntimeError" in error["message"]
+        assert "wires crossed" not in error["message"]  # the details stay in the log
+        assert any(f'"POST {path} HTTP/1.1" 500 ' in x for x in logs.lines)
+        unexpected = [x for x in logs.lines if x.startswith(
+            f"podium.serve ERROR unexpected error on POST {path}")]
+        assert unexpected and "RuntimeError: wires crossed" in unexpected[-1]
+    monkeypatch.undo()
+    assert http.post("/v1/chat/completions", json=body(), headers=auth()).status_code == 200
+
 # --- the command ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, env, expected", [
