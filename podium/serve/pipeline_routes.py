@@ -7,11 +7,16 @@ handler, none of which these two routes use. `PipelineRoutes` is a pure ASGI mid
 hands exactly those two (path, method) pairs to their handlers itself: a served request's CPU
 went from 1.63 to 1.47 ms at 32 in flight, and from 2.00 to 1.84 ms at 8 (benchmarks/README.md).
 It does what those layers did with the outcome: the handler's response, an `ApiError`'s
-OpenAI-style body, or a 500 for anything else, logged with its traceback. Unlike Starlette's
-outermost layer, it does not raise the exception again once the 500 is sent, so uvicorn keeps
-the connection open instead of closing it under a keep-alive client. Every other request,
+OpenAI-style body, or a 500 for anything else, logged with its traceback. Every other request,
 including any other method on those paths (a 405) or a path with a trailing slash, goes on to
-the app unchanged, where the same handlers are also registered.
+the app, where the same handlers are also registered.
+
+An exception that nothing handled, on any route, is answered here with that 500 and goes no
+further. Starlette's outermost layer would send the same 500 and then raise the exception
+again, and uvicorn closes the connection of a request that raised once its response has
+started: a keep-alive client lost its connection with every 500. An exception raised after a
+response has started still goes on up, since only closing the connection can tell the client
+that the response is cut short.
 """
 
 from __future__ import annotations
@@ -38,17 +43,20 @@ def unexpected(request: Request, exc: BaseException) -> Response:
 
 
 class PipelineRoutes:
-    """Pure ASGI middleware: `routes` (path -> handler) answered for POST, past the app."""
+    """Pure ASGI middleware: `routes` (path -> handler) answered for POST, past the app;
+    every other request through the app, its unhandled exceptions answered with a 500."""
 
     def __init__(self, app: Any, routes: dict[str, Handler]) -> None:
         self.app = app
         self.routes = routes
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        handler = (self.routes.get(scope["path"])
-                   if scope["type"] == "http" and scope["method"] == "POST" else None)
-        if handler is None:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        handler = self.routes.get(scope["path"]) if scope["method"] == "POST" else None
+        if handler is None:
+            await self._app(scope, receive, send)
             return
         request = Request(scope, receive, send)
         try:
@@ -60,3 +68,21 @@ class PipelineRoutes:
         except Exception as exc:
             response = unexpected(request, exc)
         await response(scope, receive, send)
+
+    async def _app(self, scope: dict, receive: Any, send: Any) -> None:
+        """Any other request, through the app; an exception it did not handle is answered
+        with the same 500 here, before any response has started (after one has, it goes on
+        up, and the connection is closed: the response is cut short)."""
+        started = False
+
+        async def sending(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if started:
+                raise
+            await unexpected(Request(scope, receive, send), exc)(scope, receive, send)

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -601,28 +602,58 @@ def test_one_access_line_per_request(http, logs):
 
 
 
-def test_an_unexpected_error_is_a_500_logged_with_its_traceback(http, logs, monkeypatch):
-    """An exception no route expects (a podium bug) answers an OpenAI-style 500, on both
-    routes that run the pipeline, and leaves its traceback and an access line in the log."""
+def test_an_unexpected_error_is_a_500_logged_with_its_traceback(server, logs, monkeypatch):
+    """An exception no route expects (a podium bug) answers an OpenAI-style 500, on the
+    routes that run the pipeline and on the others, leaves its traceback and an access line
+    in the log, and keeps the keep-alive connection open for the client's next request."""
     from podium.pipeline import Pipeline
 
-    async def crossed(self, *args, **kwargs):
+    def crossed(*args, **kwargs):
         raise RuntimeError("wires crossed")
 
-    monkeypatch.setattr(Pipeline, "ask", crossed)
-    for path, payload in (("/v1/chat/completions", body()),
-                          ("/v1/responses", {"model": "podium", "input": "hi"})):
-        resp = http.post(path, json=payload, headers=auth())
-        assert resp.status_code == 500, path
-        error = resp.json()["error"]
-        assert error["code"] == "internal" and "RuntimeError" in error["message"]
-        assert "wires crossed" not in error["message"]  # the details stay in the log
-        assert any(f'"POST {path} HTTP/1.1" 500 ' in x for x in logs.lines)
-        unexpected = [x for x in logs.lines if x.startswith(
-            f"podium.serve ERROR unexpected error on POST {path}")]
-        assert unexpected and "RuntimeError: wires crossed" in unexpected[-1]
-    monkeypatch.undo()
-    assert http.post("/v1/chat/completions", json=body(), headers=auth()).status_code == 200
+    async def crossed_async(*args, **kwargs):
+        crossed()
+
+    host, port = server.base.removeprefix("http://").split(":")
+    conn = socket.create_connection((host, int(port)), timeout=30)
+    replies = conn.makefile("rb")
+
+    def ask(method: str, path: str, payload: dict | None = None) -> tuple[int, dict]:
+        data = json.dumps(payload).encode() if payload is not None else b""
+        conn.sendall(f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer "
+                     f"{KEY}\r\nContent-Type: application/json\r\nContent-Length: "
+                     f"{len(data)}\r\n\r\n".encode() + data)
+        status = int(replies.readline().split()[1])
+        length = 0
+        while (line := replies.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+        return status, json.loads(replies.read(length))
+
+    monkeypatch.setattr(Pipeline, "ask", crossed_async)
+    monkeypatch.setattr(TraceStore, "read_as", crossed)
+    try:
+        for method, path, payload in (
+                ("POST", "/v1/chat/completions", body()),
+                ("POST", "/v1/responses", {"model": "podium", "input": "hi"}),
+                ("GET", f"/v1/traces/{new_id()}", None)):
+            status, reply = ask(method, path, payload)  # the same connection every time
+            assert status == 500, path
+            error = reply["error"]
+            assert error["code"] == "internal" and "RuntimeError" in error["message"]
+            assert "wires crossed" not in error["message"]  # the details stay in the log
+            assert any(f'"{method} {path} HTTP/1.1" 500 ' in x for x in logs.lines)
+            unexpected = [x for x in logs.lines if x.startswith(
+                f"podium.serve ERROR unexpected error on {method} {path}")]
+            assert unexpected and "RuntimeError: wires crossed" in unexpected[-1]
+        monkeypatch.undo()
+        status, reply = ask("POST", "/v1/chat/completions", body())
+        assert status == 200 and reply["choices"][0]["message"]["content"]
+    finally:
+        replies.close()
+        conn.close()
+
 
 # --- the command ----------------------------------------------------------------------------
 
