@@ -22,7 +22,7 @@ import statistics
 import time
 from pathlib import Path
 
-from podium.train.credit import live_mask, token_ends
+from podium.train.credit import live_mask, prefix_ends, token_ends
 from podium.train.model import load_policy
 
 SUBTASK = '"Count the letters of the word strawberry, then say how many r\'s it has"'
@@ -32,11 +32,6 @@ def completion(steps: int) -> str:
     return (f"model_id = [{', '.join(['1'] * steps)}]\n"
             f"subtasks = [{', '.join([SUBTASK] * steps)}]\n"
             f"access_list = [{', '.join(['[]'] * steps)}]")
-
-
-def every_prefix(tokenizer, ids: list[int]) -> list[int]:
-    return [len(tokenizer.decode(ids[:k + 1], skip_special_tokens=True))
-            for k in range(len(ids))]
 
 
 def timed(fn, tokenizer, ids: list[int], repeats: int) -> float:
@@ -58,9 +53,9 @@ def main() -> None:
     for steps in (2, 5, 10, 20, 40):
         ids = tokenizer(completion(steps), add_special_tokens=False)["input_ids"]
         ids.append(tokenizer.eos_token_id)
-        assert token_ends(tokenizer, ids) == every_prefix(tokenizer, ids)
+        assert token_ends(tokenizer, ids) == prefix_ends(tokenizer, ids)
         row = {"steps": steps, "tokens": len(ids)}
-        for name, fn in (("every_prefix", every_prefix), ("token_ends", token_ends),
+        for name, fn in (("every_prefix", prefix_ends), ("token_ends", token_ends),
                          ("live_mask", live_mask)):
             row[f"{name}_ms"] = timed(fn, tokenizer, ids, args.repeats)
         rows.append(row)

@@ -150,7 +150,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                             code="method_not_allowed").response()
         return ApiError(exc.status_code, str(exc.detail)).response()
 
-    @app.exception_handler(Exception)
+    @app.exception_handler(Exception)  # what PipelineRoutes, inside it, did not answer
     async def _unexpected(request: Request, exc: Exception) -> Response:
         return unexpected(request, exc)
 

@@ -4,8 +4,9 @@ Every request that runs the team takes `POST /v1/chat/completions` or `POST /v1/
 Through the app, such a request passes Starlette's and FastAPI's exception layers, the
 router's match against every route and Starlette's route wrapper before it reaches its
 handler, none of which these two routes use. `PipelineRoutes` is a pure ASGI middleware that
-hands exactly those two (path, method) pairs to their handlers itself: a served request's CPU
-went from 1.63 to 1.47 ms at 32 in flight, and from 2.00 to 1.84 ms at 8 (benchmarks/README.md).
+hands exactly those two (path, method) pairs to their handlers itself: in three A/Bs against
+the app alone, a served request's CPU fell by 4–13% at 8 in flight and by 1–10% at 32
+(benchmarks/README.md).
 It does what those layers did with the outcome: the handler's response, an `ApiError`'s
 OpenAI-style body, or a 500 for anything else, logged with its traceback. Every other request,
 including any other method on those paths (a 405) or a path with a trailing slash, goes on to
@@ -55,24 +56,6 @@ class PipelineRoutes:
             await self.app(scope, receive, send)
             return
         handler = self.routes.get(scope["path"]) if scope["method"] == "POST" else None
-        if handler is None:
-            await self._app(scope, receive, send)
-            return
-        request = Request(scope, receive, send)
-        try:
-            response = await handler(request)
-        except ApiError as exc:
-            response = exc.response()
-        except ClientDisconnect:  # gone while its body was read: no one to answer
-            return
-        except Exception as exc:
-            response = unexpected(request, exc)
-        await response(scope, receive, send)
-
-    async def _app(self, scope: dict, receive: Any, send: Any) -> None:
-        """Any other request, through the app; an exception it did not handle is answered
-        with the same 500 here, before any response has started (after one has, it goes on
-        up, and the connection is closed: the response is cut short)."""
         started = False
 
         async def sending(message: dict) -> None:
@@ -81,8 +64,23 @@ class PipelineRoutes:
             await send(message)
 
         try:
-            await self.app(scope, receive, sending)
-        except Exception as exc:
+            if handler is None:
+                await self.app(scope, receive, sending)
+            else:
+                await _answer(handler, scope, receive, sending)
+        except ClientDisconnect:  # gone while its body was read: no one to answer
             if started:
                 raise
+        except Exception as exc:
+            if started:  # only closing the connection can say the response is cut short
+                raise
             await unexpected(Request(scope, receive, send), exc)(scope, receive, send)
+
+
+async def _answer(handler: Handler, scope: dict, receive: Any, send: Any) -> None:
+    """`handler`'s response, or the OpenAI-style body of the `ApiError` it raised."""
+    try:
+        response = await handler(Request(scope, receive, send))
+    except ApiError as exc:
+        response = exc.response()
+    await response(scope, receive, send)

@@ -601,7 +601,6 @@ def test_one_access_line_per_request(http, logs):
                for x in lines_for('"POST /v1/chat/completions HTTP/1.1" 502 '))
 
 
-
 def test_an_unexpected_error_is_a_500_logged_with_its_traceback(server, logs, monkeypatch):
     """An exception no route expects (a podium bug) answers an OpenAI-style 500, on the
     routes that run the pipeline and on the others, leaves its traceback and an access line

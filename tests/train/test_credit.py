@@ -159,7 +159,7 @@ def test_token_ends_match_decoding_every_prefix(tokenizer):
         assert token_ends(tokenizer, ids) == every_prefix(tokenizer, ids)
 
 
-def test_token_ends_fall_back_when_pieces_do_not_add_up(tokenizer):
+def test_token_ends_fall_back_when_pieces_do_not_join_into_the_text(tokenizer):
     class LeadingSpaceDropped:  # as SentencePiece decoding drops a text's leading space
         def decode(self, ids, skip_special_tokens=False):
             return tokenizer.decode(ids, skip_special_tokens=skip_special_tokens).lstrip(" ")
