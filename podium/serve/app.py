@@ -443,8 +443,9 @@ def _start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces:
         data = {"id": tid, "created": int(time.time()), "model": req.model, "stream": req.stream,
                 "options": opts.model_dump(exclude_none=True), **result.to_json(),
                 **({"owner": owner} if owner else {})}
-        written = traces.put(tid, data)  # written by the store's process, readable at once
-        if traces.shared and opts.return_trace_id:  # readable from every process once written
+        wait = traces.shared and opts.return_trace_id  # readable from every process once written
+        written = traces.put(tid, data, wait=wait)  # written by the store's process, readable now
+        if wait:
             await asyncio.wrap_future(written)
         cause = result.outcome.cause
         outcome = ("answered" if result.answer is not None

@@ -22,9 +22,11 @@ The files are written by a writer process of their own (`writer_main`, started b
 the first `put`), not by a thread of the server's: every system call of a file write releases
 the GIL, and a thread must then take it back from a busy event loop; those hand-overs cost the
 server about 1 ms of CPU a request, half of what the pipeline itself costs
-(benchmarks/README.md, serve.py). `put` pickles the trace (the writer process makes the JSON)
-and writes it into the pipe to the writer process itself (one non-blocking system call, no
-thread woken); only when the pipe is full does a sender thread take over (`_Writer`). The
+(benchmarks/README.md, serve.py). `put` pickles the trace (the writer process makes the JSON);
+on the server's event loop the traces handed over within `BATCH_S` are then written into the
+pipe to the writer process together, by a timer of the loop (one non-blocking system call and
+one wake-up of the writer for them all, no thread woken), elsewhere at once; only when the
+pipe is full does a sender thread take over (`_Writer`). The
 writer process writes the files, deletes the oldest, and acknowledges the traces on its stdout,
 a batch at most every `ACK_EVERY_S` (a thread here reads them and completes `put`'s futures). A
 writer process that dies is replaced and sent every trace still unacknowledged; `close` lets it
@@ -41,6 +43,7 @@ be written (`put`'s future) before it returns that trace's id.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import io
@@ -68,6 +71,7 @@ log = logging.getLogger("podium.serve")
 ID = re.compile(r"^tr-[0-9a-f]{32}$")
 RESCAN = 16
 ACK_EVERY_S = 0.01
+BATCH_S = 0.01  # on an event loop, traces go to the writer process this often at most
 UNPICKLABLE = (pickle.PicklingError, TypeError, AttributeError, ValueError)  # from `_frame`
 
 
@@ -161,9 +165,11 @@ class TraceStore:
                 self._order = self._scan()
             self._prune()
 
-    def put(self, trace_id: str, data: dict) -> Future:
+    def put(self, trace_id: str, data: dict, *, wait: bool = False) -> Future:
         """Hand a trace to the writer process; it is readable at once from this process. The
-        future is done (True, or False when it could not be written) once the file is."""
+        future is done (True, or False when it could not be written) once the file is. On an
+        event loop the trace goes with the others handed over in the next `BATCH_S`; `wait`
+        (the caller will wait for the future) sends it now."""
         if self.path(trace_id) is None:
             raise ValueError(f"not a trace id: {trace_id!r}")
         written: Future = Future()
@@ -174,7 +180,7 @@ class TraceStore:
         except UNPICKLABLE as exc:
             self._written(trace_id, str(exc))
         else:
-            self._writer.offer(frame)
+            self._writer.offer(frame, wait=wait)
         return written
 
     def start(self) -> None:
@@ -265,8 +271,9 @@ class _Writer:
     """The writer process (`writer_main` with FOLDER KEEP shared|alone), the pipe to it and
     the thread that reads its acknowledgements.
 
-    `offer` writes a frame straight into the pipe (non-blocking, from the caller's thread:
-    one system call, no thread woken). When the pipe is full, or there is no live writer
+    `offer` writes frames straight into the pipe (non-blocking, from the caller's thread:
+    one system call, no thread woken), on an event loop those of `BATCH_S` together. When
+    the pipe is full, or there is no live writer
     process yet, the frame goes to a backlog that the sender thread writes, blocking; until
     the backlog is empty every frame joins it, so frames never interleave. For each trace a
     line `ID ok` or `ID <why not>` comes back, in batches. A writer process that dies is
@@ -280,6 +287,8 @@ class _Writer:
         self._proc: subprocess.Popen | None = None
         self._acks: threading.Thread | None = None
         self._backlog: list[bytes] = []
+        self._batch: list[bytes] = []
+        self._flush_on: asyncio.AbstractEventLoop | None = None  # its timer sends the batch
         self._draining = False  # the sender thread owns the pipe until the backlog is empty
         self._wake: queue.SimpleQueue[bool] = queue.SimpleQueue()  # False: stop
         self._sender: threading.Thread | None = None
@@ -290,22 +299,53 @@ class _Writer:
             if self._proc is None and not self._stopping:
                 self._start()
 
-    def offer(self, frame: bytes) -> None:
+    def offer(self, frame: bytes, *, wait: bool = False) -> None:
+        """Send `frame` to the writer process. Offered on a running event loop, it goes with
+        every frame offered in the next `BATCH_S`: one write here, one wake-up of the writer
+        for them all. Offered elsewhere, or with `wait` (someone waits for the file), the
+        batch goes now."""
         with self._lock:
-            if not self._draining and self._proc is not None and \
-                    self._proc.returncode is None:  # (the ack thread reaps a writer that died)
+            self._batch.append(frame)
+            if not wait:
+                if len(self._batch) > 1 and self._flush_on is not None \
+                        and not self._flush_on.is_closed():
+                    return  # the timer set for the batch's first frame sends this one too
                 try:
-                    done = os.write(self._proc.stdin.fileno(), frame)
-                except BlockingIOError:
-                    done = 0
-                except OSError:
-                    done = None  # the writer died: the sender restarts it
-                if done == len(frame):
+                    self._flush_on = asyncio.get_running_loop()
+                except RuntimeError:
+                    pass
+                else:
+                    self._flush_on.call_later(BATCH_S, self.flush)
                     return
-                if done:
-                    frame = frame[done:]
-            self._backlog.append(frame)
-            self._drain()
+            self._flush()
+
+    def flush(self) -> None:
+        """Send the frames offered so far."""
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        """(under the lock) Send the batch: straight into the pipe when it has room (one
+        non-blocking system call), else through the sender thread's backlog."""
+        self._flush_on = None
+        if not self._batch:
+            return
+        frame = b"".join(self._batch)
+        self._batch.clear()
+        if not self._draining and self._proc is not None and \
+                self._proc.returncode is None:  # (the ack thread reaps a writer that died)
+            try:
+                done = os.write(self._proc.stdin.fileno(), frame)
+            except BlockingIOError:
+                done = 0
+            except OSError:
+                done = None  # the writer died: the sender restarts it
+            if done == len(frame):
+                return
+            if done:
+                frame = frame[done:]
+        self._backlog.append(frame)
+        self._drain()
 
     def _alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
@@ -386,6 +426,7 @@ class _Writer:
         """Let the sender thread write the backlog, close the writer's input, wait for it to
         write what it has; write in this process whatever it did not acknowledge."""
         with self._lock:
+            self._flush()
             sender = self._sender
             if sender is not None:
                 self._wake.put(False)

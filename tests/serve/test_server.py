@@ -334,6 +334,58 @@ def test_trace_store_writes_queued_traces_off_the_caller(tmp_path, caplog):
         store.put("../x", {})
 
 
+def test_traces_handed_over_on_an_event_loop_reach_the_writer_in_one_write(tmp_path,
+                                                                         monkeypatch):
+    """On a running event loop the traces handed over within `BATCH_S` go to the writer
+    process together (one write into its pipe, one wake-up of it); `wait` sends at once."""
+    store = TraceStore(tmp_path / "t", keep=50)
+    store.start()
+    pipe = store._writer._proc.stdin.fileno()
+    writes: list[int] = []
+    real_write = os.write
+
+    def counting(fd, data):
+        if fd == pipe:
+            writes.append(len(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", counting)
+
+    async def hand_over() -> list[bool]:
+        done = [store.put(new_id(), {"n": i}) for i in range(5)]
+        assert writes == []  # not yet: the batch waits for its timer
+        return [await asyncio.wrap_future(f) for f in done]
+
+    assert asyncio.run(hand_over()) == [True] * 5
+    assert len(writes) == 1
+
+    async def waited() -> bool:
+        return await asyncio.wrap_future(store.put(new_id(), {"n": 5}, wait=True))
+
+    writes.clear()
+    assert asyncio.run(waited()) and len(writes) == 1
+    store.close()
+    assert len(list((tmp_path / "t").iterdir())) == 6
+
+
+def test_a_batch_whose_event_loop_ended_is_still_written(tmp_path):
+    """Traces handed over on a loop that closes before its timer fires are not lost: the
+    next trace handed over sends them, and `close` writes whatever is left."""
+    store = TraceStore(tmp_path / "t", keep=50)
+
+    async def hand_over(tids):
+        return [store.put(tid, {"n": 1}) for tid in tids]
+
+    first, second = [new_id() for _ in range(3)], [new_id() for _ in range(2)]
+    done = asyncio.run(hand_over(first))  # the loop is closed before BATCH_S has passed
+    later = store.put(new_id(), {"n": 2})  # no loop: sends the whole batch now
+    assert all(f.result(20) for f in [*done, later])
+    asyncio.run(hand_over(second))
+    store.close()  # sends what the closed loop's timer never did
+    on_disk = {p.stem for p in (tmp_path / "t").iterdir()}
+    assert set(first) | set(second) <= on_disk and len(on_disk) == 6
+
+
 def test_a_killed_trace_writer_is_replaced_and_loses_nothing(tmp_path, caplog):
     """Fault injection: the writer process is killed with traces in flight, and is sent
     Ctrl-C's SIGINT (which it ignores); every trace still ends up on disk, once."""
