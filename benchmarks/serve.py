@@ -16,8 +16,10 @@ event loop's load (the direct way at 32 in flight: 316–375 requests/s with `on
 439–453 with `one_step_async`), which would make the figures the thread's, not the server's.
 
 For each concurrency C (default 1, 8 and 32) every way runs `--repeats` times, the ways taking
-turns, and the medians are reported: requests per second, p50 / p95 latency, CPU time per
-request (the direct way: this process; served: every process of that server, its trace
+turns, and the medians are reported (5 runs by default: on 2 cores one way's own runs at 32
+in flight spread over up to 13%, e.g. 460–527 requests/s, wider than the throughput target's
+margin, and medians of 3 made the verdict flap): requests per second, p50 / p95 latency, CPU
+time per request (the direct way: this process; served: every process of that server, its trace
 writers included), the machine's steal time meanwhile (the share of its CPU a hypervisor gave
 to other guests), the server's overhead per request (served p50 − direct p50) and the
 served / direct throughput ratio. A fixed pure-Python loop is timed before and after the runs:
@@ -28,7 +30,7 @@ of throughput at 32 (served ≥ 95% of direct). Where the direct way is itself C
 latencies on few cores), every millisecond of server CPU comes off the served throughput; a
 longer `--latency` makes the worker endpoint the bound again.
 
-    .venv/bin/python benchmarks/serve.py [--latency 0.05] [--requests 1000] [--repeats 3]
+    .venv/bin/python benchmarks/serve.py [--latency 0.05] [--requests 1000] [--repeats 5]
         [--concurrency 1 8 32] [--processes 1 2] [--transport aiohttp|openai-sdk]
         [--out benchmarks/results/serve.json]
 """
@@ -286,7 +288,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--requests", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--transport", choices=["aiohttp", "openai-sdk"], default="aiohttp",

@@ -31,7 +31,8 @@ writer process writes the files, deletes the oldest, and acknowledges the traces
 a batch at most every `ACK_EVERY_S` (a thread here reads them and completes `put`'s futures). A
 writer process that dies is replaced and sent every trace still unacknowledged; `close` lets it
 finish, and writes in this process any trace it did not acknowledge (the server calls it at
-shutdown).
+shutdown). Only a server process killed outright (SIGKILL, a crash) loses traces: those of its
+last `BATCH_S`, not yet sent.
 
 `shared=True` is for a folder that several server processes write (`podium serve
 --processes N`): each process re-reads the folder's order every `RESCAN` writes it makes and
