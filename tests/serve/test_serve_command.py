@@ -3,6 +3,7 @@ embedded SmolLM2 team end to end through the official openai client (shapes, not
 
 from __future__ import annotations
 
+import json
 import signal
 
 import httpx
@@ -26,6 +27,9 @@ def test_sigterm_lets_the_request_in_flight_finish(pool_file, tmp_path):
         assert srv.proc.wait(30) in (0, -signal.SIGTERM)
     finally:
         srv.stop()
+    # the request finished during the shutdown, and its trace was written before the exit
+    (trace,) = (tmp_path / "traces").glob("tr-*.json")
+    assert json.loads(trace.read_text())["answer"] == "<answer>42</answer>"
     log = srv.log.read_text()
     assert "Shutting down" in log
     posts = [line for line in log.splitlines() if "POST /v1/chat/completions" in line]
