@@ -25,14 +25,14 @@ server about 1 ms of CPU a request, half of what the pipeline itself costs
 (benchmarks/README.md, serve.py). `put` pickles the trace (the writer process makes the JSON);
 on the server's event loop the traces handed over within `BATCH_S` are then written into the
 pipe to the writer process together, by a timer of the loop (one non-blocking system call and
-one wake-up of the writer for them all, no thread woken), elsewhere at once; only when the
-pipe is full does a sender thread take over (`_Writer`). The
-writer process writes the files, deletes the oldest, and acknowledges the traces on its stdout,
-a batch at most every `ACK_EVERY_S` (a thread here reads them and completes `put`'s futures). A
-writer process that dies is replaced and sent every trace still unacknowledged; `close` lets it
-finish, and writes in this process any trace it did not acknowledge (the server calls it at
-shutdown). Only a server process killed outright (SIGKILL, a crash) loses traces: those of its
-last `BATCH_S`, not yet sent.
+one wake-up of the writer for them all, no thread woken), elsewhere at once; only when the pipe
+is full does a sender thread take over (`_Writer`). The writer process writes the files,
+deletes the oldest, and acknowledges the traces on its stdout, a batch at most every
+`ACK_EVERY_S` (a thread here reads them and completes `put`'s futures). A writer process that
+dies is replaced and sent every trace still unacknowledged; `close` lets it finish, and writes
+in this process any trace it did not acknowledge (the server calls it at shutdown). Only a
+server process killed outright (SIGKILL, a crash) loses traces: those of its last `BATCH_S`,
+not yet sent.
 
 `shared=True` is for a folder that several server processes write (`podium serve
 --processes N`): each process re-reads the folder's order every `RESCAN` writes it makes and
@@ -274,12 +274,12 @@ class _Writer:
 
     `offer` writes frames straight into the pipe (non-blocking, from the caller's thread:
     one system call, no thread woken), on an event loop those of `BATCH_S` together. When
-    the pipe is full, or there is no live writer
-    process yet, the frame goes to a backlog that the sender thread writes, blocking; until
-    the backlog is empty every frame joins it, so frames never interleave. For each trace a
-    line `ID ok` or `ID <why not>` comes back, in batches. A writer process that dies is
-    started again and sent every trace still pending (one already on disk is acknowledged,
-    not written twice); at `stop` a trace it never acknowledged is written in this process."""
+    the pipe is full, or there is no live writer process yet, the frame goes to a backlog
+    that the sender thread writes, blocking; until the backlog is empty every frame joins
+    it, so frames never interleave. For each trace a line `ID ok` or `ID <why not>` comes
+    back, in batches. A writer process that dies is started again and sent every trace still
+    pending (one already on disk is acknowledged, not written twice); at `stop` a trace it
+    never acknowledged is written in this process."""
 
     def __init__(self, store: TraceStore) -> None:
         self.store = store
@@ -308,8 +308,7 @@ class _Writer:
         with self._lock:
             self._batch.append(frame)
             if not wait:
-                if len(self._batch) > 1 and self._flush_on is not None \
-                        and not self._flush_on.is_closed():
+                if self._flush_on is not None and not self._flush_on.is_closed():
                     return  # the timer set for the batch's first frame sends this one too
                 try:
                     self._flush_on = asyncio.get_running_loop()
