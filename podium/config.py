@@ -340,3 +340,31 @@ def load_pool(path: str | Path | None = None) -> Pool:
         raise ConfigError(f"Pool file {p} is not UTF-8 text (byte {e.start}: {e.reason}). TOML "
                           "files must be UTF-8: save it as UTF-8.") from None
     return pool_from_dict(data, source=str(p))
+
+
+def split_limits(team: Pool, processes: int, flag: str = "processes"
+                 ) -> tuple[Pool, list[str]]:
+    """`team` with each remote model's share of its limits for one of `processes` processes
+    that call the same endpoints (`podium serve --processes`, the ranks of a training job):
+    `max_concurrency`, `rpm` and `tpm` divided, rounded down, at least 1, so that the limits
+    hold across the processes; and a note for each limit smaller than `processes`. In-process
+    models (embedded, transformers, function) keep their limits: each process has its own."""
+    if processes == 1:
+        return team, []
+    notes: list[str] = []
+
+    def share(spec):
+        if spec.backend not in ("openai", "anthropic", "gemini"):
+            return spec
+        update = {}
+        for key in ("max_concurrency", "rpm", "tpm"):
+            value = getattr(spec, key)
+            if value is not None:
+                update[key] = max(1, value // processes)
+                if value < processes:
+                    notes.append(f"{spec.name}'s {key} is {value}, below {flag} "
+                                 f"{processes}: each process allows 1, {processes} in all")
+        return spec.model_copy(update=update)
+
+    return team.model_copy(update={"conductor": share(team.conductor),
+                                   "workers": tuple(share(w) for w in team.workers)}), notes

@@ -13,7 +13,7 @@ the event loop and the pipeline on one core, so on a machine with cores to spare
 processes serve more requests at once. Each process builds its own pipeline from the same
 settings (passed in the environment variable `PODIUM_SERVE_ARGS`, without the keys: each
 process reads them from --api-key-env / --api-key-file itself), so the limits are split
-(`per_process`):
+(`podium.config.split_limits`):
 
 * a remote worker's or Conductor's `max_concurrency`, `rpm` and `tpm` (openai, anthropic,
   gemini backends) and --max-concurrency are divided by N, rounded down and at least 1, so
@@ -34,12 +34,10 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 
-from podium.config import Pool
+from podium.config import Pool, split_limits
 from podium.errors import ConfigError
 
 ARGS_ENV = "PODIUM_SERVE_ARGS"
-REMOTE = ("openai", "anthropic", "gemini")
-SPLIT = ("max_concurrency", "rpm", "tpm")
 
 
 @dataclass(frozen=True)
@@ -87,30 +85,6 @@ def _log_handler() -> None:
     log.setLevel(logging.INFO)
 
 
-def per_process(team: Pool, processes: int) -> tuple[Pool, list[str]]:
-    """`team` with each remote model's share of its limits for one of `processes` processes
-    (divided, rounded down, at least 1), and a note for each limit smaller than `processes`."""
-    if processes == 1:
-        return team, []
-    notes: list[str] = []
-
-    def share(spec):
-        if spec.backend not in REMOTE:
-            return spec
-        update = {}
-        for key in SPLIT:
-            value = getattr(spec, key)
-            if value is not None:
-                update[key] = max(1, value // processes)
-                if value < processes:
-                    notes.append(f"{spec.name}'s {key} is {value}, below --processes "
-                                 f"{processes}: each process allows 1, {processes} in all")
-        return spec.model_copy(update=update)
-
-    return team.model_copy(update={"conductor": share(team.conductor),
-                                   "workers": tuple(share(w) for w in team.workers)}), notes
-
-
 def _team(args: ServeArgs) -> Pool:
     from podium.checkpoint import with_conductor
     from podium.config import load_pool
@@ -126,7 +100,7 @@ def _app(args: ServeArgs, keys: tuple[str, ...], team: Pool):
     from podium.pipeline import Pipeline
     from podium.serve import ServeConfig, create_app
 
-    team, _ = per_process(team, args.processes)
+    team, _ = split_limits(team, args.processes, "--processes")
     settings = team.run.model_copy(update={"cache": False}) if args.no_cache else team.run
     config = ServeConfig(keys=keys, max_concurrency=args.runs_per_process,
                          max_request_bytes=args.max_request_bytes, trace_dir=args.trace_dir,
@@ -170,7 +144,7 @@ def _banner(args: ServeArgs, keys: tuple[str, ...], team: Pool) -> str:
             f"{team.conductor.name} · workers {workers} · pool {team.source} · {auth} · traces "
             f"in {args.trace_dir}")
     if args.processes > 1:
-        _, notes = per_process(team, args.processes)
+        _, notes = split_limits(team, args.processes, "--processes")
         line += (f" · {args.processes} processes, each with its share of the limits "
                  f"({args.runs_per_process} runs in flight)")
         if args.max_concurrency < args.processes:

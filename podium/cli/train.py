@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from rich.console import Console
 
 from podium.errors import ConfigError
@@ -36,7 +38,16 @@ def run_train(config: str, overrides: list[str], dry_run: bool, resume: bool) ->
         finally:
             plan.close()
         return 0
-    final = train(cfg, resume=resume)
+    header = []
+
+    def echo(line: str) -> None:  # the plan, from the main process, before the first step
+        if not header:
+            header.append(console.print("[bold]Plan[/]"))
+        console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
+
+    final = train(cfg, resume=resume, echo=echo)
+    if os.environ.get("RANK", "0") != "0":
+        return 0
     console.print(f"Trained Conductor: {final} (metrics: {cfg.output.dir}/metrics.jsonl, "
                   f"transcripts: {cfg.output.dir}/transcripts.jsonl)")
     return 0

@@ -128,6 +128,10 @@ class GRPOSection(_Section):
     per_device_batch: int | None = Field(None, ge=1, description="Completions per forward/"
                                          "backward pass; none = generations (gradient "
                                          "accumulation fills the step).")
+    processes: int | None = Field(None, ge=1, description="Training processes the recipe is "
+                                  "laid out for (all nodes together); a launch that starts "
+                                  "another number is refused, and --dry-run lays it out. "
+                                  "none = whatever the launch starts.")
     learning_rate: float = Field(1e-6, gt=0, description="Peak learning rate (the paper: 1e-6).")
     lr_scheduler: str = Field("cosine", description="transformers scheduler name.")
     warmup_ratio: float = Field(0.03, ge=0, le=1, description="Share of the steps spent "
@@ -186,6 +190,13 @@ class GRPOSection(_Section):
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus (0: none).")
     seed: int = Field(42, description="Seed of sampling and of the trainer.")
     save_steps: int = Field(20, ge=1, description="Checkpoint every N steps.")
+    save_total_limit: int | None = Field(None, ge=1, description="Keep only the newest N "
+                                         "checkpoint-N folders (none: keep all; a ZeRO-3 "
+                                         "checkpoint of a 7B policy is ~100 GB).")
+    collective_timeout_s: int = Field(7200, ge=60, description="How long a process waits at "
+                                      "a collective for the others (torch.distributed's "
+                                      "timeout): the slowest process's workflows of a step "
+                                      "must finish within it.")
     logging_steps: int = Field(1, ge=1, description="Log metrics every N steps.")
     bf16: bool | None = Field(None, description="none = on with a GPU, off on CPU.")
     gradient_checkpointing: bool | None = Field(None, description="Recompute activations in "
@@ -198,6 +209,10 @@ class GRPOSection(_Section):
     vllm_server_base_url: str | None = Field(None, description="A running `trl vllm-serve`.")
     vllm_gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="GPU memory "
                                                "share vLLM may take in colocate mode.")
+    importance_sampling_correction: bool = Field(
+        False, description="With vLLM: TRL's truncated importance-sampling correction for the "
+        "gap between vLLM's and the trainer's log-probabilities (on by default in TRL 1.16; "
+        "the paper's TRL had none, so off here).")
 
 
 class OutputSection(_Section):

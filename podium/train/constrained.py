@@ -34,6 +34,7 @@ from podium.errors import ConfigError
 from podium.train.credit import live_mask
 from podium.train.data import view_of
 from podium.train.explore import Skeleton, draw_skeletons, explored_indices, question_subtask
+from podium.train.layout import pieces_of
 
 
 class Grammars:
@@ -102,19 +103,23 @@ class ConstrainedRollout:
     def __init__(self, grammars: Grammars, tokenizer: Any, rows: list[dict[str, Any]],
                  credit: str = "all", explore: float = 0.0, seed: int = 0,
                  explore_plans: str = "live", subtask_weight: float = 1.0,
-                 explore_subtasks: str = "policy") -> None:
+                 explore_subtasks: str = "policy", group: int = 0, rank: int = 0) -> None:
         self.grammars, self.tokenizer, self.credit = grammars, tokenizer, credit
+        self.group, self.rank = group, rank  # the processes draw apart (seed + rank)
         self.subtask_weight = subtask_weight if credit == "live" else 0.0
         self.rows = {row["prompt"]: row for row in rows}
-        self.explore, self.rng = explore, random.Random(seed)
+        self.explore, self.rng = explore, random.Random(seed + 1_000_003 * rank)
         self.live_plans = explore_plans == "live"
         self.question_subtasks = explore_subtasks == "question"
 
     def skeletons(self, prompts: list[str]) -> list[Skeleton | None]:
         """Per rollout, the skeleton it explores, or None for a rollout of the policy's own."""
         out: list[Skeleton | None] = [None] * len(prompts)
-        for prompt, idx in explored_indices(prompts, self.explore).items():
-            workers = tuple(self.rows[prompt]["workers"])
+        pieces = pieces_of(prompts, self.group, self.rank * len(prompts))
+        for idx in explored_indices(pieces, self.explore):
+            if not idx:
+                continue
+            workers = tuple(self.rows[prompts[idx[0]]]["workers"])
             drawn = draw_skeletons(self.rng, self.grammars.shown_ids(workers),
                                    self.grammars.settings.max_steps, len(idx),
                                    self.live_plans)

@@ -81,13 +81,11 @@ def explored_count(share: float, group: int) -> int:
     return int(share * group + 0.5)
 
 
-def explored_indices(prompts: Sequence[str], share: float) -> dict[str, list[int]]:
-    """Which rollouts of each prompt's group explore: the first `explored_count` rollouts of
-    each distinct prompt, in order."""
-    groups: dict[str, list[int]] = {}
-    for i, p in enumerate(prompts):
-        groups.setdefault(p, []).append(i)
-    return {p: idx[:explored_count(share, len(idx))] for p, idx in groups.items()}
+def explored_indices(pieces: Sequence[tuple[int, int]], share: float) -> list[list[int]]:
+    """Which rollouts of each piece of a group (`podium.train.layout.pieces_of`: the group, or
+    the part of it one process holds) explore: the first `explored_count` of the piece."""
+    return [list(range(start, start + explored_count(share, length)))
+            for start, length in pieces]
 
 
 _NOT_IN_A_SUBTASK = re.compile(r'["\\:=“”‘’`]')  # what the grammar's subtask string excludes

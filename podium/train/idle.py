@@ -13,9 +13,17 @@ factor that makes the loss over those rows equal the loss over the whole micro-b
 types normalise by the micro-batch's completion tokens, by its rows, or by a count fixed for the
 whole generation batch). The gradient is the one TRL computes, to float rounding; the logged
 entropy and clip ratios are then over the rows that carry an advantage. `PodiumGRPOTrainer`
-(`grpo_trainer_class`) applies it, and falls back to TRL's own loss wherever the shortcut is not
+(`podium.train.grpo`) applies it, and falls back to TRL's own loss wherever the shortcut is not
 exact: a KL term, an entropy bonus, an auxiliary loss, advantages per token, or inputs it does
 not know (images).
+
+Under data parallelism each process's loss runs TRL's collectives (a gather of one clip ratio
+per row), which need the same shape on every process, while the processes' micro-batches hold
+different numbers of rows with an advantage. So the processes agree on the largest such count
+(one small all-gather per micro-batch) and each passes that many rows: its own rows with an
+advantage, filled up with rows without one (which add nothing to the gradient, and are counted
+in the factor). Every process then takes the same branch: all rows, the agreed count, or one
+row times 0 when no process has anything to learn.
 """
 
 from __future__ import annotations
@@ -30,19 +38,33 @@ KNOWN = frozenset({"prompt_ids", "prompt_mask", "completion_ids", "completion_ma
 PROMPT = frozenset({"prompt_ids", "prompt_mask"})
 
 
-def active_rows(inputs: dict[str, Any], loss_type: str
+def cuttable(inputs: dict[str, Any]) -> bool:
+    """Whether `inputs` is a micro-batch this module knows how to cut (text only, one
+    advantage per row)."""
+    advantages = inputs.get("advantages")
+    return not set(inputs) - KNOWN and advantages is not None and advantages.dim() == 1
+
+
+def active_rows(inputs: dict[str, Any], loss_type: str, rows: int | None = None
                 ) -> tuple[dict[str, Any] | None, float] | None:
     """(the rows of `inputs` with a non-zero advantage, the loss factor), (None, 0.0) when no
     row has one, or None when `inputs` should go to the loss unchanged (every row has an
-    advantage, or the micro-batch holds something this does not know how to cut)."""
-    advantages = inputs.get("advantages")
-    if set(inputs) - KNOWN or advantages is None or advantages.dim() != 1:
+    advantage, or the micro-batch holds something this does not know how to cut).
+
+    `rows` asks for that many rows (at least the ones with an advantage): the others are
+    filled with rows without one, which add nothing to the gradient. Data-parallel processes
+    pass the largest count of any of them, so that every process's loss hands TRL's
+    collectives tensors of one shape."""
+    if not cuttable(inputs):
         return None
-    keep = advantages != 0
-    if bool(keep.all()):
+    keep = inputs["advantages"] != 0
+    rows = int(keep.sum()) if rows is None else rows
+    if rows >= len(keep):
         return None
-    if not bool(keep.any()):
+    if rows == 0:
         return None, 0.0
+    for i in (~keep).nonzero().flatten().tolist()[:rows - int(keep.sum())]:
+        keep[i] = True  # filler: no advantage, no gradient, one more row of the agreed shape
     mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
     if loss_type == "bnpo":  # token mean over the micro-batch: the kept rows' share of tokens
         scale = float(mask[keep].sum()) / max(float(mask.sum()), 1.0)
@@ -74,33 +96,3 @@ def take_rows(inputs: dict[str, Any], keep: Any) -> dict[str, Any]:
 
 def _per_row(value: Any, rows: int) -> bool:
     return hasattr(value, "dim") and value.dim() >= 1 and value.size(0) == rows
-
-
-def grpo_trainer_class() -> type:
-    """TRL's GRPOTrainer whose loss skips the completions with no advantage (see the module)."""
-    from trl import GRPOTrainer
-
-    class PodiumGRPOTrainer(GRPOTrainer):
-        def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
-            exact = (self.beta == 0.0 and not getattr(self, "_entropy_bonus_enabled", True)
-                     and not self.aux_loss_enabled)
-            cut = active_rows(inputs, self.loss_type) if exact else None
-            if cut is None:
-                return super()._compute_loss(model, inputs)
-            rows, scale = cut
-            if rows is not None:
-                return super()._compute_loss(model, rows) * scale
-            # nothing to learn from: one row's loss times 0 keeps backward (and any
-            # data-parallel wrapper's hooks) as usual; the metrics it logs are taken back
-            first = inputs["advantages"].new_zeros(len(inputs["advantages"]), dtype=bool)
-            first[0] = True
-            mode = "train" if self.model.training else "eval"
-            logged = {k: len(v) for k, v in self._metrics[mode].items()}
-            loss = super()._compute_loss(model, take_rows(inputs, first)) * 0.0
-            for key in list(self._metrics[mode]):
-                del self._metrics[mode][key][logged.get(key, 0):]
-                if not self._metrics[mode][key]:
-                    del self._metrics[mode][key]
-            return loss
-
-    return PodiumGRPOTrainer

@@ -3,7 +3,8 @@
 A TRL `rollout_func` replaces plain generation. Of each group's G rollouts, the first G - k are
 round-0 completions of the question's prompt, as usual (k = `recursion.fraction` x G). Round-0
 rollout i (for i < k) is also run through the pipeline right away, and rollout G - k + i of the
-group is its round 1: the prompt is the round-0 conversation plus the round-0 final answer
+group is its round 1 (a group split over several processes is laid out so within each
+process's piece of it, `podium.train.layout`): the prompt is the round-0 conversation plus the round-0 final answer
 (`revise_messages`, the same recursion prompt as inference), and the policy either keeps the
 answer (three empty lists) or writes a corrective workflow, which the reward runs with the
 previous round visible (`Pipeline.run_revision`). The paper's layout: 64 rollouts, 32 + 32.
@@ -28,16 +29,22 @@ from typing import Any
 
 from podium.conductor import revise_messages
 from podium.config import RunSettings
-from podium.errors import ConfigError
 from podium.train.config import RecursionSection
 from podium.train.constrained import generate
+from podium.train.layout import pieces_of
 
 
-def layout(n: int, group: int, k: int) -> tuple[list[int], dict[int, int]]:
-    """(round-0 indices, {round-1 index: the round-0 index it continues}) for `n` rollouts in
-    groups of `group`, `k` of each group continued."""
-    first = [i for i in range(n) if i % group < group - k]
-    second = {b + group - k + j: b + j for b in range(0, n, group) for j in range(k)}
+def layout(pieces: list[tuple[int, int]], fraction: float
+           ) -> tuple[list[int], dict[int, int]]:
+    """(round-0 indices, {round-1 index: the round-0 index it continues}) for a process's
+    rollouts cut into `pieces` ((start, length) of each run of one group, whole or not): the
+    last `fraction` x length rollouts of a piece continue its first ones."""
+    first: list[int] = []
+    second: dict[int, int] = {}
+    for start, length in pieces:
+        k = int(length * fraction + 1e-9)
+        first.extend(range(start, start + length - k))
+        second.update({start + length - k + j: start + j for j in range(k)})
     return first, second
 
 
@@ -93,14 +100,8 @@ class RecursionRollout:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def __call__(self, prompts: list[str], trainer: Any) -> dict[str, Any]:
-        group = trainer.num_generations
-        if len(prompts) % group or any(len(set(prompts[b:b + group])) != 1
-                                       for b in range(0, len(prompts), group)):
-            raise ConfigError("The recursion fine-tune needs each process to hold whole groups "
-                              f"of {group} rollouts of one question; make grpo.per_device_batch "
-                              "x the accumulation steps a multiple of grpo.generations.")
-        k = int(group * self.spec.fraction)
-        first, second = layout(len(prompts), group, k)
+        pieces = pieces_of(prompts, trainer.num_generations, self.reward.rank * len(prompts))
+        first, second = layout(pieces, self.spec.fraction)
         prompt_ids = [self._ids(p) for p in prompts]
         comp0, lp0 = self._generate(trainer, [prompt_ids[i] for i in first],
                                     [self.rows[prompts[i]]["workers"] for i in first], False)
@@ -114,7 +115,9 @@ class RecursionRollout:
             return await asyncio.gather(*(
                 self.reward.run_round0(
                     rows[i], self.tokenizer.decode(completion[i], skip_special_tokens=True),
-                    len(completion[i]), f"rec:{step}:{self.calls}:{i}") for i in rows))
+                    len(completion[i]),
+                    f"rec:{step}:{self.calls}:{self.reward.rank * len(prompts) + i}")
+                for i in rows))
 
         priors = asyncio.run_coroutine_threadsafe(run_round0(), trainer.async_loop).result()
         prior = dict(zip(rows, priors, strict=True))

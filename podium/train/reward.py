@@ -24,20 +24,20 @@ tokens included); an optional call penalty takes `extra_call_penalty` off a righ
 each worker call beyond the first, so that among right plans the shortest wins, while a wrong
 longer plan costs no more than a wrong shorter one (exploring two steps stays free).
 
-Each step logs, through TRL's `log_metric`: the correct and format-error rates, parse failures
+Each step logs (`podium.train.metrics`, counted over every process of the job, then through
+TRL's `log_metric`): the correct and format-error rates, parse failures
 by reason, dropped (infra) rollouts, the mean step count and the share of each count, the
 worker selection ratio overall and per position, and tokens and cost per rollout. A few
 rollouts per step go to `transcripts.jsonl` with their prompt, completion, workflow, answer
 and reward, under the number of the step they train (metrics.jsonl's): one of each reward value
 first, best first and dropped last, the policy's own and the explored ones counted apart, so a
-step whose own rollouts are all wrong still shows one.
+step whose own rollouts are all wrong still shows one. A rollout's response-cache sample id
+is its place in the whole step, so the processes of a job never share a cached answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,8 @@ from podium.outcome import Outcome, grade_outcome
 from podium.pipeline import Pipeline, RunResult
 from podium.train.config import RecursionSection, RewardSection
 from podium.train.data import TrainingData
+from podium.train.metrics import RolloutRecord, StepLog, pick_transcripts
+from podium.train.metrics import publish as publish_step
 from podium.train.recursion import blend, per_round
 
 SCHEMES: dict[str, tuple[float, float, float]] = {  # (format error, wrong, right)
@@ -98,6 +100,10 @@ class ConductorReward:
         self.group = group
         self.explore_wrong = explore_wrong
         self.calls = 0
+        self.rank = 0  # this process's rank in the training job, set by the trainer
+        self.share = 0  # rollouts per process per call (set on each call)
+        self.deferred = False  # True: keep each step's StepLog for the trainer to publish
+        self.pending: StepLog | None = None
 
     async def run_round0(self, row: dict[str, Any], text: str, n_tokens: int,
                          sample_id: str) -> RunResult:
@@ -109,7 +115,9 @@ class ConductorReward:
     async def _one(self, i: int, step: int, completion: Any, ids: Sequence[int],
                    row: dict[str, Any]) -> tuple[RunResult, Outcome]:
         task, item = self.data.item(row["task"], row["item"])
-        text, sample_id = completion_text(completion), f"train:{step}:{self.calls}:{i}"
+        # the rollout's place in the whole step, the same however many processes share it
+        text = completion_text(completion)
+        sample_id = f"train:{step}:{self.calls}:{self.rank * self.share + i}"
         if row["round"] == 1:  # a recursion round after its round-0 rollout
             run = await self.pipeline.run_revision(row["prior"], text,
                                                    messages=row["round_messages"],
@@ -130,7 +138,7 @@ class ConductorReward:
                        **_: Any) -> list[float | None]:
         # the update these rollouts feed: metrics.jsonl logs it under the same number
         step = getattr(trainer_state, "global_step", 0) + 1
-        n = len(completions)
+        n = self.share = len(completions)
         rounds = podium_round or [0] * n
         rows = [{"messages": m, "question": q, "task": t, "item": it, "workers": w,
                  "round": r, "prior": p, "round_messages": rm}
@@ -145,99 +153,53 @@ class ConductorReward:
         if podium_pair and self.recursion is not None:
             second = {j: i for j, i in enumerate(podium_pair) if i >= 0}
             rewards = blend(rewards, second, self.recursion.discount)
-            if log_metric is not None:
-                for name, value in recursion_metrics(outcomes, rounds).items():
-                    log_metric(name, value)
             if self.recursion.normalisation == "per_round":
                 rewards = per_round(rewards, rounds, self.group)
         explored = podium_explored or [False] * n
         if self.explore_wrong == "drop":  # unscorable: no baseline, no gradient
             rewards = [None if e and not o.correct else r
                        for r, o, e in zip(rewards, outcomes, explored, strict=True)]
-        if log_metric is not None:  # the policy's own rollouts; the explored ones apart
-            own = [i for i in range(n) if not explored[i]]
-            for name, value in rollout_metrics([outcomes[i] for i in own],
-                                               [done[i][0] for i in own]).items():
-                log_metric(name, value)
-            if podium_explored:
-                tried = [outcomes[i] for i in range(n) if explored[i]]
-                log_metric("podium/explored", len(tried) / n)
-                log_metric("podium/explored_correct",
-                           sum(o.correct for o in tried) / (len(tried) or 1))
-        if self.transcripts is not None and self.per_step:
-            self._save(step, messages, completions, done, rewards, explored)
+        log = StepLog(step, [RolloutRecord.of(o, run, explored=e, round_=r)
+                             for (run, o), e, r in zip(done, explored, rounds, strict=True)],
+                      self._candidates(step, messages, completions, done, rewards, explored),
+                      explored=bool(podium_explored),
+                      recursion=bool(podium_pair) and self.recursion is not None)
+        if self.deferred:  # the trainer gathers it from every process (PodiumGRPOTrainer)
+            self.pending = log
+        else:
+            publish_step(log, log_metric=log_metric, transcripts=self.transcripts,
+                         per_step=self.per_step)
         return rewards
 
-    def _save(self, step: int, prompts: list, completions: list,
-              done: list[tuple[RunResult, Outcome]], rewards: list[float | None],
-              explored: list[bool]) -> None:
-        first = {}  # one rollout of each reward value, own and explored apart; best first
-        for i in sorted(range(len(done)), key=lambda i: (
-                float("inf") if rewards[i] is None else -rewards[i], explored[i])):
-            first.setdefault((rewards[i], explored[i]), i)
-        picked = list(first.values())
-        picked = (picked + [i for i in range(len(done)) if i not in picked])[:self.per_step]
-        with self.transcripts.open("a", encoding="utf-8") as fh:  # type: ignore[union-attr]
-            for i in picked:
-                run, outcome = done[i]
-                fh.write(json.dumps({
-                    "step": step, "reward": rewards[i], "correct": outcome.correct,
-                    "prompt": prompts[i], "completion": completion_text(completions[i]),
-                    **{k: v for k, v in run.to_json().items() if k in (
-                        "workflow", "answer", "rounds", "cause", "failures", "used",
-                        "notes")},
-                    "grade": outcome.to_json().get("grade"),
-                    **({"explored": True} if explored[i] else {}),
-                }, ensure_ascii=False) + "\n")
+    def publish(self, gather: Callable, log_metric: Callable) -> None:
+        """Publish the pending step log gathered from every process (`gather`: an all-gather
+        of a list, such as accelerate's `gather_object`); transcripts are written where
+        `transcripts` is set (the main process)."""
+        log, self.pending = self.pending, None
+        if log is not None:
+            publish_step(log, gather=gather, log_metric=log_metric,
+                         transcripts=self.transcripts, per_step=self.per_step)
 
-
-def rollout_metrics(outcomes: list[Outcome], runs: list[RunResult]) -> dict[str, float]:
-    """Per-step numbers for the training log (each a share of the step's rollouts unless the
-    name says otherwise)."""
-    n = len(outcomes) or 1
-    out: dict[str, float] = {
-        "podium/correct": sum(o.correct for o in outcomes) / n,
-        "podium/format_error": sum(o.format_error for o in outcomes) / n,
-        "podium/infra_dropped": sum(any(f.cls != "model" for f in o.failures)
-                                    for o in outcomes) / n,
-        "podium/tokens_per_rollout": sum(o.used.total_tokens for o in outcomes) / n,
-    }
-    costs = [o.used.cost for o in outcomes]
-    if all(c is not None for c in costs):
-        out["podium/cost_per_rollout"] = sum(costs) / n  # type: ignore[arg-type]
-    for (_, reason), count in Counter(
-            p for o in outcomes for p in o.parse_failures()).items():
-        out[f"podium/parse/{reason}"] = count / n
-    workflows = [r.rounds[0].conductor.workflow for r in runs]
-    steps = [len(w) for w in workflows if w is not None]
-    if steps:
-        out["podium/steps_mean"] = sum(steps) / len(steps)
-        for k, count in Counter(steps).items():
-            out[f"podium/steps/{k}"] = count / len(steps)
-    picks: Counter = Counter()
-    by_position: Counter = Counter()
-    for r in runs:
-        for s in r.rounds[0].run.steps if r.rounds[0].run else ():
-            picks[s.worker_name] += 1
-            by_position[(s.index, s.worker_name)] += 1
-    total = sum(picks.values())
-    for name, count in picks.items():
-        out[f"podium/worker/{name}"] = count / total
-    for (pos, name), count in by_position.items():
-        at = sum(c for (p, _), c in by_position.items() if p == pos)
-        out[f"podium/worker_at_{pos}/{name}"] = count / at
-    return out
-
-
-def recursion_metrics(outcomes: list[Outcome], rounds: list[int]) -> dict[str, float]:
-    """Keep-versus-revise in the round-1 rollouts: each decision's share and accuracy."""
-    decided: dict[str, list[bool]] = {}
-    for o, r in zip(outcomes, rounds, strict=True):
-        if r == 1:
-            decided.setdefault(o.rounds[-1].decision, []).append(o.correct)
-    total = sum(len(v) for v in decided.values()) or 1
-    out: dict[str, float] = {}
-    for decision, correct in decided.items():
-        out[f"podium/recursion/{decision}"] = len(correct) / total
-        out[f"podium/recursion/{decision}_correct"] = sum(correct) / len(correct)
-    return out
+    def _candidates(self, step: int, prompts: list, completions: list,
+                    done: list[tuple[RunResult, Outcome]], rewards: list[float | None],
+                    explored: list[bool]) -> list[dict[str, Any]]:
+        """This process's candidate transcripts: the `per_step` it would save alone."""
+        if not self.per_step:
+            return []
+        out = []
+        for i, (_, outcome) in enumerate(done):
+            out.append({
+                "step": step, "reward": rewards[i], "correct": outcome.correct,
+                "prompt": prompts[i], "completion": None,
+                **({"explored": True} if explored[i] else {}), "_i": i})
+        keep = pick_transcripts(out, self.per_step)
+        for t in keep:  # only the picked rollouts are rendered in full
+            i = t.pop("_i")
+            run, outcome = done[i]
+            t["completion"] = completion_text(completions[i])
+            t.update({k: v for k, v in run.to_json().items() if k in (
+                "workflow", "answer", "rounds", "cause", "failures", "used", "notes")})
+            t["grade"] = outcome.to_json().get("grade")
+            if t.pop("explored", False):  # the key stays last, as in the file's older lines
+                t["explored"] = True
+        return keep

@@ -24,19 +24,21 @@ import json
 import logging
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from podium.checkpoint import card_of, write_card
 from podium.conductor import plan_messages
-from podium.config import Pool, RunSettings, load_pool
+from podium.config import Pool, RunSettings, load_pool, split_limits
 from podium.errors import ConfigError
 from podium.pipeline import Pipeline
 from podium.train.config import TrainConfig
 from podium.train.constrained import ConstrainedRollout, Grammars
 from podium.train.data import TrainingData, build_data, with_prompts
 from podium.train.explore import explored_count
+from podium.train.layout import CPU_LAUNCH, Launch, Layout, check, layout_of
 from podium.train.recursion import RecursionRollout
 from podium.train.reward import ConductorReward
 
@@ -49,6 +51,7 @@ class Plan:
     pool: Pool
     settings: RunSettings
     data: TrainingData
+    layout: Layout
     trainer: Any = None
     pipeline: Pipeline | None = None
     lines: list[str] = field(default_factory=list)
@@ -71,26 +74,22 @@ def run_settings(config: TrainConfig, pool: Pool) -> RunSettings:
     return pool.run.model_copy(update={**config.run, "fallback": False, "recursion": 0})
 
 
-def grpo_args(config: TrainConfig, processes: int | None = None) -> Any:
-    """TRL's GRPOConfig for the config's [grpo] section (`processes`: the data-parallel world
-    size, default what `accelerate launch` set)."""
+def grpo_args(config: TrainConfig, layout: Layout | None = None) -> Any:
+    """TRL's GRPOConfig for the config's [grpo] section, laid out for `layout` (default: the
+    running launch). Under `accelerate launch` with DeepSpeed, building it hooks DeepSpeed into
+    transformers, so it comes before the policy is loaded: ZeRO-3 then partitions the weights
+    as they load instead of every process holding the whole model first."""
     import torch
     from trl import GRPOConfig
 
-    processes = processes or int(os.environ.get("WORLD_SIZE", "1"))
+    layout = layout or layout_of(config)
     g = config.grpo
-    completions = g.questions_per_step * g.generations
-    per_device = g.per_device_batch or g.generations
-    if completions % (per_device * processes):
-        raise ConfigError(f"questions_per_step x generations ({completions}) must be a multiple "
-                          f"of per_device_batch x processes ({per_device} x {processes}); "
-                          "change grpo.per_device_batch.")
     gpu = torch.cuda.is_available()
     return GRPOConfig(
         output_dir=config.output.dir,
         max_steps=g.max_steps,
-        per_device_train_batch_size=per_device,
-        gradient_accumulation_steps=completions // (per_device * processes),
+        per_device_train_batch_size=layout.per_device,
+        gradient_accumulation_steps=layout.accumulation,
         num_generations=g.generations,
         learning_rate=g.learning_rate,
         lr_scheduler_type=g.lr_scheduler,
@@ -112,6 +111,8 @@ def grpo_args(config: TrainConfig, processes: int | None = None) -> Any:
         data_seed=g.seed,
         shuffle_dataset=False,  # the rows are already a seeded shuffle: resume keeps the order
         save_steps=g.save_steps,
+        save_total_limit=g.save_total_limit,
+        ddp_timeout=g.collective_timeout_s,
         logging_steps=g.logging_steps,
         bf16=gpu if g.bf16 is None else g.bf16,
         gradient_checkpointing=(gpu if g.gradient_checkpointing is None
@@ -123,6 +124,7 @@ def grpo_args(config: TrainConfig, processes: int | None = None) -> Any:
         vllm_mode=g.vllm_mode,
         vllm_server_base_url=g.vllm_server_base_url,
         vllm_gpu_memory_utilization=g.vllm_gpu_memory_utilization,
+        vllm_importance_sampling_correction=g.importance_sampling_correction,
         remove_unused_columns=False,
     )
 
@@ -156,31 +158,38 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
     reward and TRL's trainer. A dry run tolerates training data that is not on this machine:
     the plan names it, and the trainer is built on the rows there are (or on one placeholder
     row), so that everything else in the recipe is still checked."""
-    pool = load_pool(config.pool.file)
+    launch = Launch.from_env()
+    layout = layout_of(config, launch, dry_run=dry_run)
+    check(config, layout, dry_run=dry_run)
+    # every process calls the same endpoints: each gets its share of the pool's limits
+    pool, limits = split_limits(load_pool(config.pool.file), layout.processes,
+                                "the training processes")
     settings = run_settings(config, pool)
     data = build_data(config.data, config.subpool, pool, settings, strict=not dry_run)
     if not data.rows and not dry_run:
         raise ConfigError(f"{config.source}: the training mix has no items; check [[data.tasks]].")
-    plan = Plan(config, pool, settings, data)
-    plan.lines = describe(plan)
+    plan = Plan(config, pool, settings, data, layout)
+    plan.lines = describe(plan) + [f"limits      {note}" for note in limits]
     if not make_trainer:
         return plan
     from datasets import Dataset
 
-    from podium.train.idle import grpo_trainer_class
+    from podium.train.grpo import grpo_trainer_class
     from podium.train.model import load_policy
 
+    # before the policy (see grpo_args); a dry run of N processes builds this one process's
+    args = grpo_args(config, layout_of(config, launch) if dry_run else layout)
     model, tokenizer = load_policy(config.model.path, config.model.dtype)
     out = Path(config.output.dir)
     out.mkdir(parents=True, exist_ok=True)
     plan.pipeline = Pipeline(pool, settings=settings)
     recursion = config.recursion if config.recursion.fraction else None
-    main_process = int(os.environ.get("RANK", "0")) == 0
     reward = ConductorReward(plan.pipeline, data, config.reward,
-                             transcripts=out / "transcripts.jsonl" if main_process else None,
+                             transcripts=out / "transcripts.jsonl" if launch.rank == 0 else None,
                              per_step=config.output.transcripts_per_step,
                              recursion=recursion, group=config.grpo.generations,
                              explore_wrong=config.grpo.explore_wrong)
+    reward.rank, reward.deferred = launch.rank, True  # published by the trainer, every rank's
     rows = with_prompts(data.rows or [_placeholder(pool, settings)], tokenizer)
     grammars = (Grammars(tokenizer, model.config.vocab_size, pool, settings)
                 if config.grpo.constrained else None)
@@ -191,14 +200,20 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
         rollout = ConstrainedRollout(grammars, tokenizer, rows, config.grpo.credit,
                                      config.grpo.explore, config.grpo.seed,
                                      config.grpo.explore_plans, config.grpo.subtask_weight,
-                                     config.grpo.explore_subtasks)
+                                     config.grpo.explore_subtasks, config.grpo.generations,
+                                     launch.rank)
     if rollout is not None:  # TRL's rollout_func is marked experimental; podium pins its TRL
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     quiet_unscorable_warning()
     trainer = grpo_trainer_class()  # TRL's, skipping completions with no advantage
-    plan.trainer = trainer(model=model, reward_funcs=[reward], args=grpo_args(config),
+    plan.trainer = trainer(model=model, reward_funcs=[reward], args=args,
                            train_dataset=Dataset.from_list(rows), rollout_func=rollout,
                            processing_class=tokenizer, callbacks=_callbacks(plan))
+    started = plan.trainer.accelerator.num_processes
+    if started != layout.processes and not dry_run:
+        raise ConfigError(f"The launcher's variables say {layout.processes} process(es) and "
+                          f"the training job has {started}: launch with torchrun or "
+                          f"`accelerate launch` ({CPU_LAUNCH}).")
     params = sum(p.numel() for p in model.parameters())
     plan.lines.insert(1, f"policy      {config.model.path} ({params / 1e6:.1f}M parameters, "
                          f"{next(model.parameters()).dtype})")
@@ -232,9 +247,7 @@ def _placeholder(pool: Pool, settings: RunSettings) -> dict[str, Any]:
 
 def describe(plan: Plan) -> list[str]:
     c, g = plan.config, plan.config.grpo
-    per_device = g.per_device_batch or g.generations
     completions = g.questions_per_step * g.generations
-    processes = int(os.environ.get("WORLD_SIZE", "1"))
     sub = c.subpool
     epochs = g.max_steps * g.questions_per_step / max(len(plan.data.rows), 1)
     return [
@@ -258,8 +271,8 @@ def describe(plan: Plan) -> list[str]:
                           f"{c.recursion.normalisation} normalisation"
                           if c.recursion.fraction else "none"),
         f"steps       {g.max_steps} x {g.questions_per_step} questions x {g.generations} "
-        f"rollouts = {completions} completions/step ({per_device} per pass x {processes} "
-        f"process(es) x {math.ceil(completions / (per_device * processes))} accumulated)",
+        f"rollouts = {completions} completions/step",
+        f"layout      {plan.layout.line()}",
         f"optimiser   lr {g.learning_rate} {g.lr_scheduler}, warm-up "
         f"{g.warmup_ratio if g.warmup_steps is None else f'{g.warmup_steps} steps'}, "
         f"beta {g.beta}, clip {g.epsilon}, loss {g.loss_type}, T {g.temperature}, "
@@ -277,11 +290,16 @@ def describe(plan: Plan) -> list[str]:
     ]
 
 
-def train(config: TrainConfig, *, resume: bool = False) -> Path:
-    """Train; return the folder of the final Conductor."""
+def train(config: TrainConfig, *, resume: bool = False,
+          echo: Callable[[str], None] | None = None) -> Path:
+    """Train; return the folder of the final Conductor. The main process hands the plan's
+    lines (its layout among them) to `echo` before the first step."""
     plan = build(config)
     out = Path(config.output.dir)
     try:
+        if echo is not None and plan.trainer.accelerator.is_main_process:
+            for line in plan.lines:
+                echo(line)
         checkpoint = None
         if resume:
             from transformers.trainer_utils import get_last_checkpoint

@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from podium.train.explore import count_skeletons, draw_skeletons, explored_indices
+from podium.train.layout import pieces_of
 
 
 def test_every_skeleton_is_drawn_once_before_any_repeats():
@@ -42,10 +43,11 @@ def test_skeletons_are_uniform_over_plans():
 
 def test_each_group_explores_its_share():
     prompts = ["a"] * 6 + ["b"] * 6
-    assert explored_indices(prompts, 0.5) == {"a": [0, 1, 2], "b": [6, 7, 8]}
-    assert explored_indices(["a", "b", "a", "b"], 1.0) == {"a": [0, 2], "b": [1, 3]}
-    assert explored_indices(prompts, 0.0) == {"a": [], "b": []}
-    assert explored_indices(["a"] * 2, 0.25) == {"a": [0]}  # half a rollout rounds up
+    assert explored_indices(pieces_of(prompts, 6), 0.5) == [[0, 1, 2], [6, 7, 8]]
+    assert explored_indices(pieces_of(prompts, 6), 0.0) == [[], []]
+    assert explored_indices(pieces_of(["a"] * 2, 2), 0.25) == [[0]]  # half a rollout rounds up
+    # the second of two processes holding 3 rollouts each of one group of 6: its own piece
+    assert explored_indices(pieces_of(["a"] * 3, 6, offset=3), 0.5) == [[0, 1]]
 
 
 def test_exploring_needs_grammar_held_single_round_rollouts():

@@ -207,12 +207,20 @@ def test_config_rejects_unknown_keys_and_takes_overrides(tmp_path):
 
 
 def test_recursion_layout_blend_and_per_round_normalisation():
+    from podium.train.layout import pieces_of
     from podium.train.recursion import blend, layout, per_round
 
-    first, second = layout(8, 4, 2)  # two groups of 4: 2 round-0 + 2 round-1 each
+    prompts = ["a"] * 4 + ["b"] * 4
+    first, second = layout(pieces_of(prompts, 4), 0.5)  # two groups of 4: 2 + 2 each
     assert first == [0, 1, 4, 5] and second == {2: 0, 3: 1, 6: 4, 7: 5}
-    first, second = layout(6, 6, 1)
+    first, second = layout(pieces_of(["a"] * 6, 6), 1 / 6)
     assert first == [0, 1, 2, 3, 4] and second == {5: 0}
+    # process 1 of 2 with 6 rollouts each, groups of 4: rollouts 6..11 of the step are the
+    # last 2 of group "b" and all of group "c"; each piece pairs within itself
+    pieces = pieces_of(["b", "b", "c", "c", "c", "c"], 4, offset=6)
+    assert pieces == [(0, 2), (2, 4)]
+    assert layout(pieces, 0.5) == ([0, 2, 3], {1: 0, 4: 2, 5: 3})
+    assert pieces_of(["a"] * 8, 4) == [(0, 4), (4, 4)]  # one question twice: two groups
     rewards = [1.0, 0.5, 0.0, 1.0, 0.5, 0.0, None, 1.0]
     blended = blend(rewards, {2: 0, 3: 1, 6: 4, 7: 5}, 0.25)
     assert blended == [0.75, 0.625, 0.0, 1.0, 0.5, 0.25, None, 1.0]  # r1 None: r0 alone

@@ -1,0 +1,189 @@
+"""Data-parallel training for real: two processes (gloo, torchrun) against one, on one batch.
+
+A tiny Llama built from a config with the bundled tokenizer is the policy; the workers are
+Python functions (the adder is right, zero is wrong). Sampling is replaced by fixed completions
+(`distributed_step.py`), so one process and two see the same 12 rollouts; everything else is
+`podium train` as a user runs it. The batch is laid out so that the two processes' micro-batches
+hold different numbers of rows with an advantage (process 0: 2 of 6, process 1: 6 of 6), the
+case that put TRL's collectives out of step, and one group is split over both processes.
+The two-process job is started as two torchrun "nodes" of one process each on this host, as a
+multi-node job is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+
+from podium.checkpoint import CARD  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+POOL = """
+[conductor]
+backend = "embedded"
+
+[[workers]]
+name = "zero"
+backend = "function"
+function = "podium.testing.workers:zero"
+
+[[workers]]
+name = "adder"
+backend = "function"
+function = "podium.testing.workers:adder"
+
+[run]
+cache = false
+"""
+
+CONFIG = """
+[model]
+path = "{model}"
+
+[pool]
+file = "{pool}"
+
+[[data.tasks]]
+name = "jsonl:{data}"
+split = "all"
+options = {{ grader = "numeric" }}
+
+[run]
+prompt = "compact"
+fewshots = "none"
+max_steps = 1
+
+[grpo]
+max_steps = 2
+questions_per_step = 3
+generations = 4
+per_device_batch = 2
+loss_type = "grpo"            # a mean per completion: the same however rows are grouped
+learning_rate = 1e-3
+max_grad_norm = 1e9
+save_steps = 1
+seed = 7
+
+[output]
+dir = "{out}"
+transcripts_per_step = 3
+"""
+
+RIGHT = '1]\nsubtasks = ["Add the numbers"]\naccess_list = [[]]'
+WRONG = '0]\nsubtasks = ["Answer zero"]\naccess_list = [[]]'
+# rollout j of a step; groups of 4: all right | right, wrong, right, unparseable | right, wrong x3
+COMPLETIONS = [RIGHT] * 4 + [RIGHT, WRONG, RIGHT, "no lists"] + [RIGHT] + [WRONG] * 3
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tokenizer) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    root = tmp_path_factory.mktemp("distributed")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True))
+    model.save_pretrained(root / "tiny")
+    tokenizer.save_pretrained(root / "tiny")
+    (root / "pool.toml").write_text(POOL)
+    (root / "sums.jsonl").write_text("".join(
+        json.dumps({"question": f"What is {i} + {i + 3}?", "answer": str(2 * i + 3)}) + "\n"
+        for i in range(6)))
+    (root / "completions.json").write_text(json.dumps(COMPLETIONS))
+    return root
+
+
+def config(root: Path, name: str) -> Path:
+    path = root / f"{name}.toml"
+    path.write_text(CONFIG.format(model=root / "tiny", pool=root / "pool.toml",
+                                  data=root / "sums.jsonl", out=root / name))
+    return path
+
+
+def command(root: Path, name: str) -> list[str]:
+    return [str(HERE / "distributed_step.py"), str(config(root, name)),
+            str(root / "completions.json"), str(root / f"{name}.grads")]
+
+
+def launch(root: Path) -> tuple[subprocess.CompletedProcess, list[subprocess.CompletedProcess]]:
+    """The one-process run and the two-node job, side by side."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    one = subprocess.Popen([sys.executable, *command(root, "one")], env=env, cwd=root,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(r),
+         "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
+         *command(root, "two")], env=env, cwd=root, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
+    done = []
+    for p in (one, *nodes):
+        out, _ = p.communicate(timeout=600)
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, out))
+    for p in done:
+        assert p.returncode == 0, p.stdout[-6000:]
+    return done[0], done[1:]
+
+
+def metrics(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def runs(setup):
+    return setup, *launch(setup)
+
+
+def test_two_processes_make_the_step_one_process_makes(runs):
+    root, one, nodes = runs
+    assert "layout      2 process(es) on 2 node(s) x 6 rollouts each" in nodes[0].stdout
+    assert "groups split over processes in pieces of 2/4" in nodes[0].stdout
+    assert "layout      1 process(es) x 12 rollouts each" in one.stdout
+    assert "Plan" not in nodes[1].stdout  # the plan and the result: the main process only
+    ours, theirs = torch.load(root / "two.grads"), torch.load(root / "one.grads")
+    assert ours.keys() == theirs.keys() and len(ours) > 0
+    assert any(bool(g.abs().sum() > 0) for g in theirs.values())
+    for name, grad in theirs.items():
+        torch.testing.assert_close(ours[name], grad, rtol=1e-4, atol=1e-8, msg=name)
+    a, b = metrics(root / "one"), metrics(root / "two")
+    assert [m["step"] for m in a] == [m["step"] for m in b] == [1, 2, 2]  # written once
+    for x, y in zip(a[:2], b[:2], strict=True):
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-4, abs=1e-7)
+        podium = {k: v for k, v in x.items() if k.startswith("podium/") or k.startswith("reward")}
+        assert podium == pytest.approx({k: y[k] for k in podium}), x
+        assert set(podium) == {k for k in y if k.startswith("podium/") or k.startswith("reward")}
+    first = a[0]
+    assert first["podium/correct"] == pytest.approx(7 / 12)  # every process's rollouts
+    assert first["podium/parse/unparseable"] == pytest.approx(1 / 12)  # one process had it
+
+
+def test_transcripts_and_checkpoints_are_written_once_for_the_whole_job(runs):
+    root, _, _ = runs
+    one = [json.loads(x) for x in (root / "one" / "transcripts.jsonl").read_text().splitlines()]
+    two = [json.loads(x) for x in (root / "two" / "transcripts.jsonl").read_text().splitlines()]
+    assert [(t["step"], t["reward"]) for t in two] == [(t["step"], t["reward"]) for t in one]
+    assert {t["reward"] for t in two if t["step"] == 1} == {1.0, 0.5, 0.0}  # from both ranks
+    from safetensors.torch import load_file
+
+    for step in ("checkpoint-1", "checkpoint-2", "final"):
+        card = json.loads((root / "two" / step / CARD).read_text())
+        assert card["steps"] == (1 if step == "checkpoint-1" else 2)
+    a, b = (load_file(str(root / run / "final" / "model.safetensors")) for run in ("one", "two"))
+    for name, weight in a.items():
+        torch.testing.assert_close(b[name], weight, rtol=1e-4, atol=1e-6, msg=name)
