@@ -25,8 +25,8 @@ from serve_helpers import (
     sigterm_with_a_request_in_flight,
 )
 
-from podium.cli.serve import ARGS_ENV, ServeArgs, _banner, per_process
-from podium.config import pool_from_dict
+from podium.cli.serve import ARGS_ENV, ServeArgs, _banner
+from podium.config import pool_from_dict, split_limits
 from podium.serve import processes
 from podium.serve import traces as trace_store
 from podium.serve.processes import listeners, supervise
@@ -34,7 +34,7 @@ from podium.serve.processes import listeners, supervise
 KEY = "sk-serve-processes-test-6a0c93"
 
 
-def test_per_process_splits_the_limits_of_remote_models_only():
+def test_each_process_gets_its_share_of_the_limits_of_remote_models_only():
     team = pool_from_dict({
         "conductor": {"backend": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "c",
                       "max_concurrency": 8, "rpm": 100},
@@ -44,14 +44,14 @@ def test_per_process_splits_the_limits_of_remote_models_only():
             {"name": "local", "backend": "function",
              "function": "podium.testing.workers:adder", "max_concurrency": 1},
         ]})
-    split, notes = per_process(team, 3)
+    split, notes = split_limits(team, 3, "--processes")
     assert (split.conductor.max_concurrency, split.conductor.rpm) == (2, 33)
     remote, local = split.workers
     assert (remote.max_concurrency, remote.tpm, remote.rpm) == (1, 3000, None)
     assert local == team.workers[1]  # loaded by every process: its limit is its own
     assert notes == ["remote's max_concurrency is 2, below --processes 3: each process "
                      "allows 1, 3 in all"]
-    assert per_process(team, 1) == (team, [])
+    assert split_limits(team, 1) == (team, [])
     banner = _banner(ServeArgs(processes=3, max_concurrency=2, no_auth=True), (), team)
     assert "3 processes, each with its share of the limits (1 runs in flight)" in banner
     assert "podium: note: remote's max_concurrency is 2" in banner

@@ -37,8 +37,11 @@ def test_every_recipe_builds_under_dry_run(recipe, tmp_path, monkeypatch):
     out = result.stdout
     assert "Plan (--dry-run" in out and "policy      smollm2" in out
     assert "questions x" in out and "reward      paper" in out
+    assert "layout      " in out
     if recipe.stem.startswith("paper"):  # the paper pool, all seven workers
         assert "0 gemini-2.5-pro" in out and "6 r1-distill-qwen-32b" in out
+        assert "layout      2 process(es) x 128 rollouts each (4 per pass x 32 accumulated; " \
+               "whole groups)" in out  # laid out for its two training GPUs
     if recipe.stem == "paper-recursion":
         assert "32 of 64 rollouts continue into round 1 (v0 prompt)" in out
     if recipe.stem == "paper-subpool":

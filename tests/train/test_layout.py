@@ -1,0 +1,66 @@
+"""How a step's rollouts are laid out over the processes of a job, and the layouts refused
+(no torch: the layout is arithmetic on the config and the launcher's variables)."""
+
+from __future__ import annotations
+
+import pytest
+
+from podium.errors import ConfigError
+from podium.train.config import train_config_from_dict
+from podium.train.layout import Launch, check, layout_of
+
+
+def config(**sections):
+    return train_config_from_dict({"data": {"tasks": [{"name": "gsm8k"}]}, **sections})
+
+
+PAPER = {"questions_per_step": 4, "generations": 64, "per_device_batch": 4}
+
+
+def test_the_layout_of_the_paper_recipe_on_one_node_and_on_two():
+    one = layout_of(config(grpo=PAPER), Launch(2, 1, 0))
+    assert (one.per_process, one.accumulation, one.whole_groups) == (128, 32, True)
+    assert one.line() == "2 process(es) x 128 rollouts each (4 per pass x 32 accumulated; " \
+                         "whole groups)"
+    many = layout_of(config(grpo=PAPER), Launch(16, 2, 5))
+    assert (many.per_process, many.accumulation, many.whole_groups) == (16, 4, False)
+    assert many.pieces(5) == [16]
+    assert many.line().startswith("16 process(es) on 2 node(s) x 16 rollouts each")
+
+
+def test_pieces_of_groups_split_unevenly():
+    layout = layout_of(config(grpo={"questions_per_step": 3, "generations": 4,
+                                    "per_device_batch": 2}), Launch(2, 1, 0))
+    assert layout.pieces(0) == [4, 2] and layout.pieces(1) == [2, 4]
+    assert "pieces of 2/4" in layout.line()
+
+
+def test_a_dry_run_lays_out_the_processes_the_recipe_asks_for(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    cfg = config(grpo={**PAPER, "processes": 16})
+    assert layout_of(cfg, dry_run=True).processes == 16
+    check(cfg, layout_of(cfg, dry_run=True), dry_run=True)
+    with pytest.raises(ConfigError, match=r"started 1 process\(es\) and the config asks for 16"
+                                          r".*torchrun --nproc_per_node N"):
+        check(cfg, layout_of(cfg))  # `podium train` without a launcher
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    launched = layout_of(cfg)
+    assert (launched.processes, launched.nodes) == (16, 2)
+    check(cfg, launched)
+
+
+def test_layouts_that_cannot_work_are_refused_with_the_fix():
+    with pytest.raises(ConfigError, match="multiple of per_device_batch x processes"):
+        layout_of(config(grpo=PAPER), Launch(3, 1, 0))
+    recursion = {"fraction": 0.5}
+    split = {"questions_per_step": 3, "generations": 4, "per_device_batch": 1}
+    # 12 rollouts on 4 processes: pieces of 3 and 1, half of which is no whole pair
+    cfg = config(grpo=split, recursion=recursion)
+    with pytest.raises(ConfigError, match="piece of 3 rollouts.*1.5 is not a whole number"):
+        check(cfg, layout_of(cfg, Launch(4, 1, 0)))
+    check(cfg, layout_of(cfg, Launch(2, 1, 0)))  # pieces of 4 and 2: whole pairs
+    cfg = config(grpo=split, recursion={**recursion, "normalisation": "per_round"})
+    with pytest.raises(ConfigError, match="per_round.*groups of 4 are split"):
+        check(cfg, layout_of(cfg, Launch(2, 1, 0)))
+    check(cfg, layout_of(cfg, Launch(1, 1, 0)))
