@@ -34,7 +34,6 @@ function = "podium.testing.workers:adder"
 
 [run]
 cache = false
-constrained = true
 """
 
 TRAIN = """

@@ -9,6 +9,10 @@ A TRL upgrade must check each of these against the new `trl/trainer/grpo_trainer
   the reward's step log (`podium.train.metrics`) is gathered from every process on the main
   thread and published: metrics counted over the whole step, transcripts written once.
 
+* `_load_optimizer_and_scheduler(checkpoint)`: `--resume` of a multi-process CPU job, where
+  transformers 5.10 maps the optimizer state to `args.device`, `cpu:0`, which `torch.load`
+  cannot restore ("don't know how to restore data location ... cpu:0"): mapped to `cpu`.
+
 podium also relies on, without overriding: `rollout_func` (experimental; the grammar-held and
 recursion rollouts), `_generate_single_turn` (plain generation inside the recursion rollout),
 `generation_config`, `eos_token_ids`, `async_loop` (async reward functions), `_metrics` and
@@ -66,5 +70,21 @@ def grpo_trainer_class() -> type:
                 if getattr(func, "deferred", False) and func.pending is not None:
                     func.publish(gather_object, self._log_metric)
             return rewards
+
+        def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+            if checkpoint is None or self.args.world_size == 1 or self.args.device.type != "cpu":
+                return super()._load_optimizer_and_scheduler(checkpoint)
+            load = torch.load  # transformers maps the state to args.device, "cpu:0" here
+
+            def on_cpu(*args: Any, **kwargs: Any) -> Any:
+                if str(kwargs.get("map_location")) == "cpu:0":
+                    kwargs["map_location"] = "cpu"
+                return load(*args, **kwargs)
+
+            torch.load = on_cpu
+            try:
+                return super()._load_optimizer_and_scheduler(checkpoint)
+            finally:
+                torch.load = load
 
     return PodiumGRPOTrainer

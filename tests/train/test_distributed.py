@@ -7,7 +7,7 @@ Python functions (the adder is right, zero is wrong). Sampling is replaced by fi
 hold different numbers of rows with an advantage (process 0: 2 of 6, process 1: 6 of 6), the
 case that put TRL's collectives out of step, and one group is split over both processes.
 The two-process job is started as two torchrun "nodes" of one process each on this host, as a
-multi-node job is.
+multi-node job is, and its second step comes from `--resume`.
 """
 
 from __future__ import annotations
@@ -71,6 +71,8 @@ generations = 4
 per_device_batch = 2
 loss_type = "grpo"            # a mean per completion: the same however rows are grouped
 learning_rate = 1e-3
+lr_scheduler = "constant"     # the same rate whether a run is 1 step or 2
+warmup_ratio = 0.0
 max_grad_norm = 1e9
 save_steps = 1
 seed = 7
@@ -114,31 +116,42 @@ def config(root: Path, name: str) -> Path:
     return path
 
 
-def command(root: Path, name: str) -> list[str]:
+def command(root: Path, name: str, *options: str) -> list[str]:
     return [str(HERE / "distributed_step.py"), str(config(root, name)),
-            str(root / "completions.json"), str(root / f"{name}.grads")]
+            str(root / "completions.json"), str(root / f"{name}.grads"), *options]
 
 
-def launch(root: Path) -> tuple[subprocess.CompletedProcess, list[subprocess.CompletedProcess]]:
-    """The one-process run and the two-node job, side by side."""
+def start(args: list[str], root: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(args, env=env, cwd=root, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def two_nodes(root: Path, *options: str) -> list[subprocess.Popen]:
+    """A job of two torchrun "nodes" on this host, one process each."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    one = subprocess.Popen([sys.executable, *command(root, "one")], env=env, cwd=root,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    nodes = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(r),
-         "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
-         *command(root, "two")], env=env, cwd=root, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
-    done = []
-    for p in (one, *nodes):
-        out, _ = p.communicate(timeout=600)
-        done.append(subprocess.CompletedProcess(p.args, p.returncode, out))
-    for p in done:
-        assert p.returncode == 0, p.stdout[-6000:]
-    return done[0], done[1:]
+    return [start([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                   "--node_rank", str(rank), "--nproc_per_node", "1", "--master_addr",
+                   "127.0.0.1", "--master_port", str(port), *command(root, "two", *options)],
+                  root) for rank in (0, 1)]
+
+
+def finish(*processes: subprocess.Popen) -> list[str]:
+    outputs = [p.communicate(timeout=600)[0] for p in processes]
+    for p, out in zip(processes, outputs, strict=True):
+        assert p.returncode == 0, out[-6000:]
+    return outputs
+
+
+def launch(root: Path) -> tuple[str, list[str], list[str]]:
+    """Two steps in one process; beside it, the two-node job's first step, then a --resume of
+    that job for the second."""
+    one = start([sys.executable, *command(root, "one")], root)
+    first = finish(*two_nodes(root, "--set", "grpo.max_steps=1"))
+    second = finish(*two_nodes(root, "--resume"))
+    return finish(one)[0], first, second
 
 
 def metrics(out: Path) -> list[dict]:
@@ -151,19 +164,20 @@ def runs(setup):
 
 
 def test_two_processes_make_the_step_one_process_makes(runs):
-    root, one, nodes = runs
-    assert "layout      2 process(es) on 2 node(s) x 6 rollouts each" in nodes[0].stdout
-    assert "groups split over processes in pieces of 2/4" in nodes[0].stdout
-    assert "layout      1 process(es) x 12 rollouts each" in one.stdout
-    assert "Plan" not in nodes[1].stdout  # the plan and the result: the main process only
+    root, one, nodes, _ = runs
+    assert "layout      2 process(es) on 2 node(s) x 6 rollouts each" in nodes[0]
+    assert "groups split over processes in pieces of 2/4" in nodes[0]
+    assert "layout      1 process(es) x 12 rollouts each" in one
+    assert "Plan" not in nodes[1]  # the plan and the result: the main process only
     ours, theirs = torch.load(root / "two.grads"), torch.load(root / "one.grads")
     assert ours.keys() == theirs.keys() and len(ours) > 0
     assert any(bool(g.abs().sum() > 0) for g in theirs.values())
     for name, grad in theirs.items():
         torch.testing.assert_close(ours[name], grad, rtol=1e-4, atol=1e-8, msg=name)
     a, b = metrics(root / "one"), metrics(root / "two")
-    assert [m["step"] for m in a] == [m["step"] for m in b] == [1, 2, 2]  # written once
-    for x, y in zip(a[:2], b[:2], strict=True):
+    assert [m["step"] for m in a] == [1, 2, 2]  # each step, then the run's summary
+    assert [m["step"] for m in b] == [1, 1, 2, 2]  # written once: a run of 1, then --resume
+    for x, y in zip(a[:2], (b[0], b[2]), strict=True):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-4, abs=1e-7)
         podium = {k: v for k, v in x.items() if k.startswith("podium/") or k.startswith("reward")}
         assert podium == pytest.approx({k: y[k] for k in podium}), x
@@ -173,17 +187,27 @@ def test_two_processes_make_the_step_one_process_makes(runs):
     assert first["podium/parse/unparseable"] == pytest.approx(1 / 12)  # one process had it
 
 
+def test_a_resumed_job_ends_where_one_process_does(runs):
+    """The job's second step came from --resume (its optimizer state, on every process): its
+    final weights are the one-process run's, which took both steps at once."""
+    root, _, _, resumed = runs
+    assert "Plan" in resumed[0]
+    from safetensors.torch import load_file
+
+    a, b = (load_file(str(root / run / "final" / "model.safetensors")) for run in ("one", "two"))
+    assert a.keys() == b.keys()
+    start = load_file(str(root / "tiny" / "model.safetensors"))
+    assert any(not torch.equal(a[n], start[n]) for n in a)  # it trained
+    for name, weight in a.items():
+        torch.testing.assert_close(b[name], weight, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_transcripts_and_checkpoints_are_written_once_for_the_whole_job(runs):
-    root, _, _ = runs
+    root, _, _, _ = runs
     one = [json.loads(x) for x in (root / "one" / "transcripts.jsonl").read_text().splitlines()]
     two = [json.loads(x) for x in (root / "two" / "transcripts.jsonl").read_text().splitlines()]
     assert [(t["step"], t["reward"]) for t in two] == [(t["step"], t["reward"]) for t in one]
     assert {t["reward"] for t in two if t["step"] == 1} == {1.0, 0.5, 0.0}  # from both ranks
-    from safetensors.torch import load_file
-
     for step in ("checkpoint-1", "checkpoint-2", "final"):
         card = json.loads((root / "two" / step / CARD).read_text())
         assert card["steps"] == (1 if step == "checkpoint-1" else 2)
-    a, b = (load_file(str(root / run / "final" / "model.safetensors")) for run in ("one", "two"))
-    for name, weight in a.items():
-        torch.testing.assert_close(b[name], weight, rtol=1e-4, atol=1e-6, msg=name)
