@@ -53,6 +53,8 @@ prompt = "compact-defined"
 fewshots = "none"
 max_steps = 2
 max_subtask_chars = 24
+max_reason_chars = 40         # the recursion round's reasoning, short enough for 64 tokens
+max_reason_lines = 1
 
 [grpo]
 max_steps = 2
@@ -144,13 +146,13 @@ def report(work: str) -> None:
             continue
         lines = [json.loads(x) for x in path.read_text().splitlines()]
         steps = [x for x in lines if "reward" in x]
-        summary = next((x for x in lines if "train_runtime" in x), {})
+        runs = [x["train_runtime"] for x in lines if "train_runtime" in x]  # one a launch
         out[run] = {
             "steps": [x["step"] for x in steps],
             "reward": [round(x["reward"], 3) for x in steps],
             "loss": [round(x.get("loss", 0.0), 5) for x in steps],
             "format_error": [x.get("podium/format_error") for x in steps],
-            "train_runtime_s": summary.get("train_runtime"),
+            "train_runtime_s": runs,
             "checkpoints": sorted(p.name for p in (root / run).glob("checkpoint-*")),
             "final": (root / run / "final" / "model.safetensors").is_file(),
         }
