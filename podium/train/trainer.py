@@ -286,7 +286,8 @@ def describe(plan: Plan) -> list[str]:
            f"{'with the question as subtasks ' if g.explore_subtasks == 'question' else ''}"
            f"({'wrong ones dropped' if g.explore_wrong == 'drop' else 'all scored'})"
            if g.explore else ""),
-        f"output      {c.output.dir} (checkpoints every {g.save_steps} steps)",
+        f"output      {c.output.dir} (checkpoints every {g.save_steps} steps"
+        + (f", the newest {g.save_total_limit} kept)" if g.save_total_limit else ")"),
     ]
 
 
