@@ -42,6 +42,15 @@ class Launch:
     nodes: int = 1
     rank: int = 0
 
+    @staticmethod
+    def note() -> str | None:
+        """What to say about a launch that may not be what was meant: `accelerate launch --cpu`
+        runs one process whatever --num_processes says, unless it goes through MPI."""
+        if os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true" \
+                and "WORLD_SIZE" not in os.environ:
+            return f"accelerate launched one CPU process; {CPU_LAUNCH}"
+        return None
+
     @classmethod
     def from_env(cls) -> Launch:
         """torchrun's variables (also set by `accelerate launch`, which runs torchrun)."""

@@ -170,6 +170,8 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
         raise ConfigError(f"{config.source}: the training mix has no items; check [[data.tasks]].")
     plan = Plan(config, pool, settings, data, layout)
     plan.lines = describe(plan) + [f"limits      {note}" for note in limits]
+    if Launch.note():
+        plan.lines.append(f"launch      {Launch.note()}")
     if not make_trainer:
         return plan
     from datasets import Dataset

@@ -11,7 +11,7 @@ from podium.train.layout import Launch, check, layout_of
 
 
 def config(**sections):
-    return train_config_from_dict({"data": {"tasks": [{"name": "gsm8k"}]}, **sections})
+    return train_config_from_dict({"data": {"tasks": [{"name": "gsm8k"}]}} | sections)
 
 
 PAPER = {"questions_per_step": 4, "generations": 64, "per_device_batch": 4}
@@ -64,3 +64,39 @@ def test_layouts_that_cannot_work_are_refused_with_the_fix():
     with pytest.raises(ConfigError, match="per_round.*groups of 4 are split"):
         check(cfg, layout_of(cfg, Launch(2, 1, 0)))
     check(cfg, layout_of(cfg, Launch(1, 1, 0)))
+
+
+def test_each_process_gets_its_share_of_the_remote_limits_and_an_odd_launch_is_named(
+        tmp_path, monkeypatch):
+    from podium.train.trainer import build
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    (tmp_path / "pool.toml").write_text("""
+[conductor]
+backend = "function"
+function = "podium.testing.workers:zero"
+
+[[workers]]
+name = "remote"
+backend = "openai"
+base_url = "http://127.0.0.1:9/v1"
+model = "m"
+api_key_env = "PODIUM_TEST_KEY"
+max_concurrency = 8
+rpm = 2
+""")
+    (tmp_path / "q.jsonl").write_text('{"question": "1 + 1?", "answer": "2"}\n')
+    monkeypatch.setenv("PODIUM_TEST_KEY", "k")
+    cfg = config(pool={"file": str(tmp_path / "pool.toml")},
+                 data={"tasks": [{"name": f"jsonl:{tmp_path / 'q.jsonl'}", "split": "all"}]},
+                 grpo={**PAPER, "processes": 4})
+    plan = build(cfg, make_trainer=False, dry_run=True)
+    remote = plan.pool.workers[0]
+    assert (remote.max_concurrency, remote.rpm) == (2, 1)  # 8 and 2 over 4 processes
+    assert "limits      remote's rpm is 2, below the training processes 4: each process " \
+           "allows 1, 4 in all" in plan.lines
+    assert not any(line.startswith("launch") for line in plan.lines)
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")  # accelerate launch --cpu, no MPI
+    lines = build(cfg, make_trainer=False, dry_run=True).lines
+    assert any(line.startswith("launch      accelerate launched one CPU process; on CPU, "
+                               "`torchrun --nproc_per_node N") for line in lines)
