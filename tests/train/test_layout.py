@@ -100,3 +100,22 @@ rpm = 2
     lines = build(cfg, make_trainer=False, dry_run=True).lines
     assert any(line.startswith("launch      accelerate launched one CPU process; on CPU, "
                                "`torchrun --nproc_per_node N") for line in lines)
+
+
+@pytest.mark.parametrize(("name", "machines"), [("zero3-1node", 1), ("zero3-multinode", 2)])
+def test_the_accelerate_configs_launch_one_job(name, machines):
+    """accelerate reads each YAML as `accelerate launch` does: DeepSpeed ZeRO-3, and across
+    nodes the standard launcher (torchrun on every node, one rendezvous), not pdsh, which
+    without a hostfile runs an independent job per node."""
+    pytest.importorskip("accelerate")
+    from pathlib import Path
+
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+
+    path = Path(__file__).resolve().parents[2] / "configs/train/accelerate" / f"{name}.yaml"
+    args = launch_command_parser().parse_args(["--config_file", str(path), "train.py"])
+    args, _, _ = _validate_launch_command(args)
+    assert args.use_deepspeed and args.zero_stage == 3 and args.zero3_init_flag
+    assert args.num_machines == machines
+    if machines > 1:
+        assert args.deepspeed_multinode_launcher == "standard"
