@@ -119,3 +119,32 @@ def test_the_accelerate_configs_launch_one_job(name, machines):
     assert args.num_machines == machines
     if machines > 1:
         assert args.deepspeed_multinode_launcher == "standard"
+
+
+def test_trl_s_config_is_built_before_the_policy_loads(tmp_path, monkeypatch):
+    """Under `accelerate launch` with DeepSpeed, building GRPOConfig is what hooks ZeRO-3 into
+    transformers; a policy loaded before it is loaded whole on every process."""
+    pytest.importorskip("trl")
+    import podium.train.model as model_module
+    import podium.train.trainer as trainer_module
+
+    calls = []
+    args_of = trainer_module.grpo_args
+
+    def grpo_args(*args, **kwargs):
+        calls.append("GRPOConfig")
+        return args_of(*args, **kwargs)
+
+    def load_policy(*args, **kwargs):
+        calls.append("policy")
+        raise KeyboardInterrupt  # stop the build here
+
+    monkeypatch.setattr(trainer_module, "grpo_args", grpo_args)
+    monkeypatch.setattr(model_module, "load_policy", load_policy)
+    (tmp_path / "q.jsonl").write_text('{"question": "1 + 1?", "answer": "2"}\n')
+    cfg = config(data={"tasks": [{"name": f"jsonl:{tmp_path / 'q.jsonl'}", "split": "all"}]},
+                 grpo={"questions_per_step": 1, "generations": 2},
+                 output={"dir": str(tmp_path / "out")})
+    with pytest.raises(KeyboardInterrupt):
+        trainer_module.build(cfg)
+    assert calls == ["GRPOConfig", "policy"]
