@@ -32,6 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from podium.errors import ConfigError
+from podium.redact import register
 
 Backend = Literal["openai", "anthropic", "gemini", "embedded", "function", "transformers"]
 BACKENDS: tuple[str, ...] = ("openai", "anthropic", "gemini", "embedded", "function",
@@ -151,6 +152,7 @@ class ModelSpec(_Frozen):
                 f"{self.api_key_env}, which is not set. Export it (export {self.api_key_env}=...) "
                 f"or change api_key_env for this model in the pool file."
             )
+        register(key)  # scrubbed from every message from now on (podium.redact)
         return key
 
 

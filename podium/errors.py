@@ -31,7 +31,13 @@ WorkerErrorKind = Literal[
 
 
 class PodiumError(Exception):
-    """Base of every error podium raises on purpose."""
+    """Base of every error podium raises on purpose. Its message is scrubbed of every
+    registered secret (`podium.redact`): an endpoint's text in it never carries a key on."""
+
+    def __init__(self, *args: object) -> None:
+        from podium.redact import scrub
+
+        super().__init__(*(scrub(a) if isinstance(a, str) else a for a in args))
 
 
 class ConfigError(PodiumError):

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from podium.errors import ConfigError
+from podium.redact import scrub
 
 if TYPE_CHECKING:
     from podium.config import ModelSpec
@@ -41,6 +42,12 @@ class ChatResponse:
     retries: tuple[dict[str, Any], ...] = ()  # failed attempts before this one (kind, wait_s, ...)
     cache_hit: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:  # a reply never carries a registered key on
+        object.__setattr__(self, "text", scrub(self.text))
+        if any(isinstance(v, str) for v in self.extra.values()):
+            object.__setattr__(self, "extra", {k: scrub(v) if isinstance(v, str) else v
+                                               for k, v in self.extra.items()})
 
     @property
     def total_tokens(self) -> int:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from podium.errors import WorkerError
+from podium.redact import clip, register
 
 MAX_RAW_CHARS = 300
 
@@ -88,10 +89,12 @@ def provider_error(worker: str, kind: str, exc: BaseException, *, vendor: str,
                    timeout_s: float | None = None) -> WorkerError:
     """The `WorkerError` for `exc`, already classified as `kind` by the backend.
 
-    `raw` is the provider's text (default `str(exc)`); `secret` the API key to scrub from it;
+    `raw` is the provider's text (default `str(exc)`); `secret` the API key (registered: every
+    message is scrubbed of it, `podium.redact`);
     `status` and `retry_after` are carried onto the error unchanged. `timeout_s`, the read
     timeout the call ran with, is named when a transport failure is a read timeout.
     """
+    register(secret)
     hint = HINTS.get(kind, HINTS["other"])
     if kind == "transport" and _read_timeout(exc):
         hint = HINTS["read_timeout"]
@@ -100,11 +103,9 @@ def provider_error(worker: str, kind: str, exc: BaseException, *, vendor: str,
     timeout = f"timeout_s = {timeout_s:g} s" if timeout_s is not None else "timeout_s"
     detail = hint.format(vendor=vendor, url=url, timeout=timeout)
     if kind != "auth":
-        text = str(exc) if raw is None else raw
-        if secret:
-            text = text.replace(secret, "***")
+        text = clip(str(exc) if raw is None else raw, MAX_RAW_CHARS)
         code = f" {status}" if status else ""
-        detail = f"{detail} ({type(exc).__name__}{code}: {text[:MAX_RAW_CHARS]})"
+        detail = f"{detail} ({type(exc).__name__}{code}: {text})"
     elif status:
         detail = f"{detail} (HTTP {status})"
     return WorkerError(worker, kind, detail, status=status,  # type: ignore[arg-type]

@@ -42,6 +42,7 @@ from podium.errors import ConfigError, WorkerError
 from podium.llm.base import ChatResponse, Message, PrefillMode, retry_after
 from podium.llm.chat_template import load_chat_template
 from podium.llm.errors import provider_error, sdk_error_kind, status_kind
+from podium.redact import clip
 
 # headers the openai SDK adds from the environment, sent the same way here
 _ENV_HEADERS = (("OPENAI_ORG_ID", "OpenAI-Organization"), ("OPENAI_PROJECT_ID", "OpenAI-Project"))
@@ -123,14 +124,14 @@ def _first_choice(worker: str, data: Any, path: str) -> dict[str, Any]:
     reply is not a completion or has no choices."""
     if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
         raise WorkerError(worker, "server", f"the endpoint's reply to {path} is not a "
-                          f"completion (got {type(data).__name__}: {str(data)[:80]!r}); check "
+                          f"completion (got {type(data).__name__}: {clip(str(data), 80)!r}); check "
                           "base_url")
     if not data["choices"]:
         raise WorkerError(worker, "empty", "the endpoint returned no choices")
     choice = data["choices"][0]
     if not isinstance(choice, dict):
         raise WorkerError(worker, "server", f"the endpoint's reply to {path} is not a "
-                          f"completion (its first choice is {str(choice)[:80]!r})")
+                          f"completion (its first choice is {clip(str(choice), 80)!r})")
     return choice
 
 

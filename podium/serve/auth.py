@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 
 from podium.errors import ConfigError
+from podium.redact import register
 from podium.serve.errors import ApiError
 
 LOOPBACK_NAMES = {"localhost"}
@@ -61,6 +62,8 @@ def load_keys(env: str | None, file: str | None) -> tuple[str, ...]:
         if not found:
             raise ConfigError(f"--api-key-file {file} holds no key. Put one key a line in it.")
         keys.extend(found)
+    for key in keys:  # a client's key is scrubbed from every message too (podium.redact)
+        register(key)
     return tuple(keys)
 
 

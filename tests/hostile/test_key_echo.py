@@ -1,0 +1,124 @@
+"""An endpoint that echoes the request's Authorization header back, in every shape a reply can
+take, never gets the key into what podium prints, traces or raises (`podium.redact`).
+
+The server is a real HTTP server on localhost; each model name picks a shape: a 200 that is
+not a completion, a redirect to a URL holding the key, a 400, a 500, an event stream instead of
+JSON, and a completion whose content is the key. `podium ask --trace --debug` and
+`podium pool check` run against each, and every sink is searched for the key.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from podium.cli.main import app
+
+KEY = "sk-echo-0123456789abcdefSECRET"
+SHAPES = ("not_a_completion", "redirect", "bad_request", "server_error", "event_stream",
+          "content")
+QUOTED = ("not_a_completion", "bad_request", "server_error", "content")
+
+
+class Echo(BaseHTTPRequestHandler):
+    def log_message(self, *args):  # quiet
+        pass
+
+    def do_GET(self):  # noqa: N802 (a redirect followed with GET)
+        self._send(404, {"error": {"message": f"no {self.path}"}})
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+        auth = self.headers.get("Authorization", "")
+        shape = body.get("model", "")
+        if shape == "not_a_completion":
+            self._send(200, {"debug": {"headers": {"Authorization": auth}}})
+        elif shape == "redirect":
+            self.send_response(307)
+            self.send_header("Location", f"http://127.0.0.1:1/v1?auth={auth.split()[-1]}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif shape == "bad_request":
+            self._send(400, {"error": {"message": f"bad request from {auth}"}})
+        elif shape == "server_error":
+            self._send(500, {"error": {"message": f"upstream failed for {auth}"}})
+        elif shape == "event_stream":
+            data = f'data: {{"error": {{"message": "{auth}"}}}}\n\n'.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        else:
+            self._send(200, {"id": "x", "object": "chat.completion", "model": shape,
+                             "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                                 "role": "assistant", "content": f"your header: {auth}"}}],
+                             "usage": {"prompt_tokens": 3, "completion_tokens": 3}})
+
+    def _send(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture(scope="module")
+def echo_url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def pool(tmp_path: Path, url: str, shape: str) -> Path:
+    path = tmp_path / f"{shape}.toml"
+    path.write_text(f"""
+[conductor]
+backend = "function"
+function = "podium.testing.workers:one_step"
+
+[[workers]]
+name = "echo"
+backend = "openai"
+base_url = "{url}"
+model = "{shape}"
+api_key_env = "PODIUM_ECHO_KEY"
+retries = 0
+empty_retries = 0
+timeout_s = 5
+
+[run]
+cache = false
+""")
+    return path
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_an_echoed_key_reaches_no_output_and_no_trace(shape, echo_url, tmp_path, monkeypatch):
+    monkeypatch.setenv("PODIUM_ECHO_KEY", KEY)
+    trace = tmp_path / "trace.json"
+    runner = CliRunner()
+    asked = runner.invoke(app, ["ask", "What is 2 + 3?", "--pool", str(pool(tmp_path, echo_url,
+                                                                                shape)),
+                                "--trace", str(trace), "--debug", "--no-cache"])
+    checked = runner.invoke(app, ["pool", "check", "--pool", str(tmp_path / f"{shape}.toml"),
+                                  "--debug"])
+    for result in (asked, checked):
+        assert result.exception is None or isinstance(result.exception, SystemExit), \
+            result.output
+    sinks = {"ask": asked.output, "pool check": checked.output,
+             "trace": trace.read_text() if trace.exists() else ""}
+    assert sinks["trace"], asked.output  # the run was recorded
+    for where, text in sinks.items():
+        assert KEY not in text, f"{shape}: the key is in {where}:\n{text[-3000:]}"
+        assert KEY[8:20] not in text, f"{shape}: part of the key is in {where}"
+    if shape in QUOTED:  # podium quotes what came back: the key was there, and masked
+        assert "***" in sinks["trace"]
