@@ -3,23 +3,28 @@ take, never gets the key into what podium prints, traces or raises (`podium.reda
 
 The server is a real HTTP server on localhost; each model name picks a shape: a 200 that is
 not a completion, a redirect to a URL holding the key, a 400, a 500, an event stream instead of
-JSON, and a completion whose content is the key. `podium ask --trace --debug` and
-`podium pool check` run against each, and every sink is searched for the key.
+JSON, and a completion whose content is the key. `podium ask --trace --debug`, `podium pool
+check` and `podium serve` (its replies, streams, log and traces) run against each, and every
+sink is searched for the key.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
+from serve_helpers import Records, ThreadServer, auth
 from typer.testing import CliRunner
 
 from podium.cli.main import app
 
 KEY = "sk-echo-0123456789abcdefSECRET"
+SERVE_KEY = "sk-podium-echo-test-serve-key"
 SHAPES = ("not_a_completion", "redirect", "bad_request", "server_error", "event_stream",
           "content")
 QUOTED = ("not_a_completion", "bad_request", "server_error", "content")
@@ -122,3 +127,31 @@ def test_an_echoed_key_reaches_no_output_and_no_trace(shape, echo_url, tmp_path,
         assert KEY[8:20] not in text, f"{shape}: part of the key is in {where}"
     if shape in QUOTED:  # podium quotes what came back: the key was there, and masked
         assert "***" in sinks["trace"]
+
+
+@pytest.mark.parametrize("shape", ("not_a_completion", "bad_request", "server_error",
+                                   "content"))
+def test_a_served_team_answers_api_clients_without_the_echoed_key(shape, echo_url, tmp_path,
+                                                                   monkeypatch):
+    """Through `podium serve`: the error body (and the stream's error event) or the answer
+    an API client gets, the server's log and its traces hold no key."""
+    monkeypatch.setenv("PODIUM_ECHO_KEY", KEY)
+    records = Records()
+    logging.getLogger().addHandler(records)
+    try:
+        with ThreadServer(pool(tmp_path, echo_url, shape), tmp_path / "traces",
+                          keys=(SERVE_KEY,)) as server:
+            body = {"model": "podium", "messages": [{"role": "user", "content": "2 + 3?"}]}
+            plain = httpx.post(f"{server.base}/v1/chat/completions", json=body,
+                               headers=auth(SERVE_KEY), timeout=30)
+            streamed = httpx.post(f"{server.base}/v1/chat/completions",
+                                  json={**body, "stream": True}, headers=auth(SERVE_KEY),
+                                  timeout=30)
+    finally:
+        logging.getLogger().removeHandler(records)
+    traces = "".join(p.read_text() for p in (tmp_path / "traces").glob("*.json"))
+    assert plain.status_code == (200 if shape == "content" else 502), plain.text
+    assert traces and "***" in plain.text + streamed.text
+    for where, text in {"reply": plain.text, "stream": streamed.text, "log": records.text,
+                        "traces": traces}.items():
+        assert KEY not in text and KEY[8:20] not in text, f"{shape}: the key is in {where}"
