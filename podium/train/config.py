@@ -40,7 +40,7 @@ from podium.train.explore import explored_count
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class ModelSection(_Section):
@@ -216,8 +216,8 @@ class GRPOSection(_Section):
 
 
 class OutputSection(_Section):
-    dir: str = Field("runs/train/conductor", description="Checkpoints, metrics.jsonl and "
-                     "transcripts.jsonl go here.")
+    dir: str = Field("runs/train/conductor", min_length=1, description="Checkpoints, "
+                     "metrics.jsonl and transcripts.jsonl go here.")
     transcripts_per_step: int = Field(4, ge=0, description="Rollouts saved per step (one of "
                                       "each reward value first, the policy's own and the "
                                       "explored apart).")
@@ -266,6 +266,11 @@ class TrainConfig(_Section):
         if self.grpo.explore and self.recursion.fraction:
             raise ValueError("grpo.explore is for single-round training: set "
                              "recursion.fraction = 0 or grpo.explore = 0")
+        out = Path(self.output.dir)
+        blocker = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise ValueError(f"output.dir {self.output.dir!r}: {blocker} is a file, not a "
+                             "folder; set output.dir to a folder (it is made if missing)")
         if self.grpo.explore and explored_count(self.grpo.explore, self.grpo.generations) < 1:
             raise ValueError(f"grpo.explore x grpo.generations rounds to no exploring rollout "
                              f"({self.grpo.explore} x {self.grpo.generations}): raise "
@@ -278,8 +283,12 @@ def _errors(err: ValidationError) -> str:
     out = []
     for e in err.errors():
         where = ".".join(str(p) for p in e["loc"])
-        out.append(f"unknown key '{where}'" if e["type"] == "extra_forbidden"
-                   else f"'{where}': {e['msg']}")
+        if e["type"] == "extra_forbidden":
+            out.append(f"unknown key '{where}'")
+        elif not where:  # a check across keys: its message names them
+            out.append(str(e["msg"]).removeprefix("Value error, "))
+        else:
+            out.append(f"'{where}': {e['msg']}")
     return "; ".join(out)
 
 

@@ -244,3 +244,23 @@ def test_warmup_steps_replace_the_ratio(tmp_path):
     assert args().warmup_steps == 10
     assert args(warmup_steps=3).warmup_steps == 3
     assert args(warmup_steps=0).warmup_steps == 0
+
+
+@pytest.mark.parametrize(("section", "value", "says"), [
+    ({"grpo": {"learning_rate": float("inf")}}, "grpo.learning_rate", "finite number"),
+    ({"grpo": {"learning_rate": float("nan")}}, "grpo.learning_rate", "finite number"),
+    ({"grpo": {"learning_rate": -1e-6}}, "grpo.learning_rate", "greater than 0"),
+    ({"reward": {"cost_scale": float("inf")}}, "reward.cost_scale", "finite number"),
+    ({"output": {"dir": ""}}, "output.dir", "at least 1 character"),
+])
+def test_a_bad_number_or_folder_names_its_key(section, value, says):
+    with pytest.raises(ConfigError, match=rf"'{value}': .*{says}"):
+        train_config_from_dict({"data": {"tasks": [{"name": "gsm8k"}]}, **section})
+
+
+def test_an_output_folder_under_a_file_is_refused_before_anything_runs(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match=r"output.dir '.*file/out': .*file is a file, not a "
+                                          r"folder; set output.dir to a folder"):
+        train_config_from_dict({"data": {"tasks": [{"name": "gsm8k"}]},
+                                "output": {"dir": str(tmp_path / "file" / "out")}})
