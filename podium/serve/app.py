@@ -9,7 +9,7 @@
     GET  /traces, /traces/{id}  the trace viewer: the key's recent traces, one trace drawn
                                 (podium.viewer; a browser may send the key as the Basic-auth
                                 password)
-    GET  /health                {"status": "ok"}; the only route without a key
+    GET  /health                {"status": "ok"} (HEAD too); the only route without a key
 
 With `pass_through` (`podium serve --pass-through`) every worker is also a model of its own,
 named as in the pool: a request for it is one call to that worker with the bare question
@@ -157,7 +157,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     async def auth(request: Request) -> str | None:  # async: FastAPI runs a sync one in a thread
         return check(request.headers.get("authorization"))
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: load balancers' probes
     async def health() -> dict:
         return {"status": "ok"}
 

@@ -57,8 +57,16 @@ def load_keys(env: str | None, file: str | None) -> tuple[str, ...]:
             why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
             raise ConfigError(f"--api-key-file {file} cannot be read ({why}). Pass a text "
                               "file with one key a line.") from None
-        found = [line.strip() for line in text.splitlines()
-                 if line.strip() and not line.strip().startswith("#")]
+        found = []
+        for number, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if any(ord(c) < 32 or ord(c) == 127 or c.isspace() for c in line):
+                raise ConfigError(f"--api-key-file {file}, line {number}: a key holds a control "
+                                  "character or a space (no client can send it in an "
+                                  "Authorization header). Put one key a line, nothing else.")
+            found.append(line)
         if not found:
             raise ConfigError(f"--api-key-file {file} holds no key. Put one key a line in it.")
         keys.extend(found)

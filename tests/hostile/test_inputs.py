@@ -208,3 +208,22 @@ def test_podium_tasks_lists_each_task_with_its_options():
     for words in ("gsm8k", "math500", "grading='symbolic'", "jsonl:FILE", "grader='exact'",
                   "gym", "families="):
         assert words in out
+
+
+# ------------------------------------------------------------------ podium serve's setup
+
+
+def test_a_trace_folder_that_is_a_file_stops_podium_serve_before_it_listens(pool, tmp_path):
+    (tmp_path / "traces").write_text("not a folder")
+    proc = podium("serve", "--pool", str(pool), "--no-auth", "--port", "1",
+                  "--trace-dir", str(tmp_path / "traces"), timeout=60)
+    assert_clean_error(proc, 2, f"--trace-dir {tmp_path / 'traces'} cannot be used",
+                       "Not a directory", "Pass a folder you can write")
+
+
+def test_a_key_file_line_with_a_control_character_is_refused(pool, tmp_path):
+    keys = tmp_path / "keys.txt"
+    keys.write_bytes(b"# keys\nsk-good-key-0123456789\nsk-bad\x1b[31m-key\n")
+    proc = podium("serve", "--pool", str(pool), "--api-key-file", str(keys), "--port", "1",
+                  "--trace-dir", str(tmp_path / "t"), timeout=60)
+    assert_clean_error(proc, 2, f"--api-key-file {keys}, line 3", "control character")

@@ -45,6 +45,8 @@ def test_models_and_health(client, http):
     assert [m.id for m in client.models.list()] == ["podium"]
     assert client.models.retrieve("podium").id == "podium"
     assert http.get("/health").json() == {"status": "ok"}  # no key needed
+    head = http.head("/health")
+    assert head.status_code == 200 and head.content == b""  # a probe's HEAD, without a body
 
 
 def test_sync_completion(client):
