@@ -136,12 +136,22 @@ def validated(raw: bytes, model: type[M]) -> tuple[M, dict]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise bad_request(f"The request body is not valid JSON ({exc}). Send a JSON object "
                           "with Content-Type: application/json.", code="invalid_json") from None
+    except RecursionError:
+        raise too_deep() from None
     if not isinstance(data, dict):
         raise bad_request("The request body must be a JSON object.", code="invalid_json")
     try:
         return model.model_validate(data), data
     except ValidationError as exc:
         raise validation_error(exc) from None
+    except RecursionError:
+        raise too_deep() from None
+
+
+def too_deep() -> Exception:
+    return bad_request("The request body is nested too deeply to read. Send the messages as "
+                       "the API describes them (no deeper than a few levels).",
+                       code="invalid_json")
 
 
 def parse_body(raw: bytes) -> tuple[ChatRequest, Options]:

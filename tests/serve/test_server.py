@@ -794,3 +794,12 @@ def test_curl_speaks_to_the_server(server):
     chunks = [json.loads(e) for e in events[:-1]]
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
                    if c["choices"]) == "<answer>7</answer>"
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/responses"])
+def test_a_body_nested_too_deeply_is_400_not_500(http, route):
+    deep = b'{"model": "podium", "messages": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+    err = error_of(http.post(route, headers={**auth(), "Content-Type": "application/json"},
+                             content=deep), 400)
+    assert err["code"] == "invalid_json" and "nested too deeply" in err["message"]
+    assert http.get("/health").status_code == 200  # the server goes on
