@@ -8,7 +8,6 @@ left as they are (they may be shared on purpose); files podium writes are narrow
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 from pathlib import Path
@@ -18,14 +17,11 @@ DIR_MODE = 0o700
 
 
 def private_dir(path: str | Path) -> Path:
-    """Create `path` (and missing parents) as owner-only folders; existing ones are kept.
-    NotADirectoryError when `path`, or the nearest of its parents that exists, is a file."""
+    """Create `path` (and missing parents) as owner-only folders; existing ones are kept."""
     path = Path(path)
     missing = []
     for folder in (path, *path.parents):
         if folder.exists():
-            if not folder.is_dir():
-                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder))
             break
         missing.append(folder)
     for folder in reversed(missing):

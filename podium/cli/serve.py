@@ -67,6 +67,18 @@ class ServeArgs:
         return max(1, self.max_concurrency // self.processes)
 
 
+def _check_trace_dir(folder: str) -> None:
+    """A --trace-dir that is a file, or under one, is refused before anything starts (the
+    store would start, and every trace id would then be a 404)."""
+    from pathlib import Path
+
+    path = Path(folder)
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise ConfigError(f"--trace-dir {folder} cannot be used (Not a directory: {blocker} is "
+                          "a file). Pass a folder you can write.")
+
+
 def _need_extra() -> None:
     try:
         import fastapi  # noqa: F401
@@ -158,6 +170,7 @@ def run_serve(**options) -> int:
     from podium.serve.auth import check_auth_setup, load_keys
 
     args = ServeArgs(**options)
+    _check_trace_dir(args.trace_dir)
     keys = load_keys(args.api_key_env, args.api_key_file)
     check_auth_setup(keys, args.no_auth, args.host)
     _need_extra()

@@ -49,8 +49,15 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from podium.baselines import SOLVE, bare_question
 from podium.errors import ConfigError
@@ -133,6 +140,9 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                   openapi_url=None)
     app.state.slots = slots
     app.state.traces = traces
+    # Starlette's own slash redirect writes an absolute Location from the client's Host
+    # header; podium answers a path with a trailing slash with a relative one (see 404)
+    app.router.redirect_slashes = False
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -140,6 +150,8 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404 and (moved := _without_slash(app, request)) is not None:
+            return RedirectResponse(moved, status_code=307)
         if exc.status_code == 404:
             msg = (f"No route {request.method} {request.url.path}. The routes are POST "
                    "/v1/chat/completions, POST /v1/responses, GET /v1/models, "
@@ -492,3 +504,14 @@ async def _stream(run: Run, cid: str, created: int, model: str, tid: str | None,
     finally:
         if not run.task.done():
             run.task.cancel()  # the client went away: stop paying for the run
+
+
+def _without_slash(app: Any, request: Request) -> str | None:
+    """The relative URL of `request` without its trailing slash, when a route answers there."""
+    path = request.url.path
+    if len(path) < 2 or not path.endswith("/"):
+        return None
+    scope = {**request.scope, "path": path.rstrip("/")}
+    if not any(route.matches(scope)[0] != Match.NONE for route in app.router.routes):
+        return None
+    return scope["path"] + (f"?{request.url.query}" if request.url.query else "")

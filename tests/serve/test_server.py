@@ -803,3 +803,12 @@ def test_a_body_nested_too_deeply_is_400_not_500(http, route):
                              content=deep), 400)
     assert err["code"] == "invalid_json" and "nested too deeply" in err["message"]
     assert http.get("/health").status_code == 200  # the server goes on
+
+
+def test_a_trailing_slash_redirects_relatively_whatever_the_host_header(http):
+    resp = http.get("/v1/models/?x=1", headers={**auth(), "Host": "evil.example"})
+    assert resp.status_code == 307 and resp.headers["location"] == "/v1/models?x=1"
+    moved = http.post("/v1/chat/completions/", headers={**auth(), "Host": "evil.example"},
+                      json=body())
+    assert moved.status_code == 307 and moved.headers["location"] == "/v1/chat/completions"
+    assert http.get("/nowhere/", headers=auth()).status_code == 404  # no route there either
