@@ -21,13 +21,22 @@ def view(path: str, out: str | None, open_browser: bool) -> int:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{src} is not a trace (not JSON: {exc}). Pass a trace file written "
                           "by podium.") from None
+    except RecursionError:
+        raise ConfigError(f"{src} is not a trace (JSON nested too deeply to read). Pass a trace "
+                          "file written by podium.") from None
     if not isinstance(data, dict) or "steps" not in data or "question" not in data:
         raise ConfigError(f"{src} is JSON but not a podium trace (no question and steps). Pass "
                           "a trace file written by podium ask --trace, eval --traces or serve.")
     from podium.viewer import trace_page
 
+    try:
+        html = trace_page(data, title=src.name)
+    except (TypeError, KeyError, AttributeError, ValueError, RecursionError) as exc:
+        raise ConfigError(f"{src} has a question and steps but is not a podium trace "
+                          f"({type(exc).__name__}: {str(exc)[:120]}): a field holds another "
+                          "shape. Pass a trace file written by podium, unedited.") from None
     page = Path(out) if out else src.with_suffix(".html")
-    write_private(page, trace_page(data, title=src.name))  # it holds the prompts: owner-only
+    write_private(page, html)  # it holds the prompts: owner-only
     print(f"Wrote {page}")
     if open_browser:
         import webbrowser

@@ -227,3 +227,13 @@ def test_a_key_file_line_with_a_control_character_is_refused(pool, tmp_path):
     proc = podium("serve", "--pool", str(pool), "--api-key-file", str(keys), "--port", "1",
                   "--trace-dir", str(tmp_path / "t"), timeout=60)
     assert_clean_error(proc, 2, f"--api-key-file {keys}, line 3", "control character")
+
+
+# ------------------------------------------------------------------ podium trace view
+
+
+def test_trace_view_of_a_trace_nested_too_deeply_is_a_clear_error(tmp_path):
+    trace = tmp_path / "trace.json"
+    trace.write_text('{"question": "q", "steps": ' + "[" * 50_000 + "]" * 50_000 + "}")
+    proc = podium("trace", "view", str(trace), "--no-open")
+    assert_clean_error(proc, 2, str(trace), "nested too deeply")
