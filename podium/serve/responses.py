@@ -93,10 +93,15 @@ def answer_pieces(answer: str) -> list[str]:
 
 
 def no_answer_error(result) -> ApiError:
-    """502 when a model call failed (an upstream endpoint), 500 otherwise; the message names
-    the cause and what to do."""
+    """502 when a model call failed (an upstream endpoint); 400 when the request's budget ran
+    out first (a 5xx would be retried by the OpenAI SDKs, paying for the run again, and would
+    run out again); 500 otherwise. The message names the cause and what to do."""
     cause = result.outcome.cause
     why = cause.sentence() if cause else "the workflow produced no answer"
+    if cause is not None and cause.reason == "budget":
+        return ApiError(400, f"The team produced no answer: {why}. The budget ran out before "
+                        "an answer: raise the request's max_calls, max_total_tokens or "
+                        "max_cost (or leave them to the pool's).", code="budget_exhausted")
     if cause is not None and cause.cls == "worker":
         return ApiError(502, f"The team produced no answer: {why}. A model endpoint of the "
                         "pool failed; check it (podium pool check) and retry.",
@@ -104,8 +109,8 @@ def no_answer_error(result) -> ApiError:
     if cause is not None and cause.cls == "infra":
         return ApiError(500, f"The team produced no answer: {why}. This is a podium failure; "
                         "the server log and the trace have the details.", code="internal")
-    return ApiError(500, f"The team produced no answer: {why}. Retry, or raise the request's "
-                    "budget (max_calls, max_cost) if it was cut short.", code="no_answer")
+    return ApiError(500, f"The team produced no answer: {why}. Retry: the Conductor samples "
+                    "its workflow anew.", code="no_answer")
 
 
 # --- progress lines -------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import httpx
 import openai
@@ -135,11 +136,22 @@ def test_recursion_option(client):
     assert reply.choices[0].message.content == "<answer>7</answer>"
 
 
-def test_budget_option_cuts_the_run_short(http):
+def test_budget_option_cuts_the_run_short_with_a_400_the_sdk_does_not_retry(http, client,
+                                                                          server):
     resp = http.post("/v1/chat/completions", headers=auth(), json=body(max_calls=1))
-    assert resp.status_code == 500
+    assert resp.status_code == 400
     err = resp.json()["error"]
-    assert err["code"] == "no_answer" and "max_calls" in err["message"]
+    assert err["code"] == "budget_exhausted" and "max_calls = 1 reached" in err["message"]
+
+    def traces() -> int:  # one a run
+        time.sleep(0.5)  # the writer process's batch
+        return len(list(Path(server.config.trace_dir).glob("*.json")))
+
+    before = traces()
+    with pytest.raises(openai.BadRequestError, match="budget ran out"):
+        client.chat.completions.create(model="podium", messages=msgs(),
+                                       extra_body={"max_calls": 1})
+    assert traces() - before == 1  # run once: a 5xx would have been retried (and paid)
 
 
 def test_token_budget_option_cuts_the_run_short(tmp_path):
@@ -148,7 +160,7 @@ def test_token_budget_option_cuts_the_run_short(tmp_path):
     with ThreadServer(pool, tmp_path / "traces") as srv, \
             httpx.Client(base_url=srv.base, timeout=30, trust_env=False) as http:
         resp = http.post("/v1/chat/completions", json=body(max_total_tokens=1))
-        assert resp.status_code == 500  # the Conductor's tokens used it up: no worker call
+        assert resp.status_code == 400  # the Conductor's tokens used it up: no worker call
         assert "max_tokens = 1 reached" in resp.json()["error"]["message"]
         roomy = body()
         roomy["metadata"] = {"max_total_tokens": "100000"}
