@@ -16,6 +16,13 @@ FILE_MODE = 0o600
 DIR_MODE = 0o700
 
 
+def file_in_the_way(path: str | Path) -> Path | None:
+    """The file that stops `path` from being a folder: `path` itself, or the nearest of its
+    parents that exists, when that is not a folder; None when the folder can be made."""
+    path = Path(path)
+    return next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+
+
 def private_dir(path: str | Path) -> Path:
     """Create `path` (and missing parents) as owner-only folders; existing ones are kept."""
     path = Path(path)

@@ -70,10 +70,9 @@ class ServeArgs:
 def _check_trace_dir(folder: str) -> None:
     """A --trace-dir that is a file, or under one, is refused before anything starts (the
     store would start, and every trace id would then be a 404)."""
-    from pathlib import Path
+    from podium.files import file_in_the_way
 
-    path = Path(folder)
-    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    blocker = file_in_the_way(folder)
     if blocker is not None:
         raise ConfigError(f"--trace-dir {folder} cannot be used (Not a directory: {blocker} is "
                           "a file). Pass a folder you can write.")

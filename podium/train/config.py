@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from podium.config import RunSettings
 from podium.errors import ConfigError
+from podium.files import file_in_the_way
 from podium.train.explore import explored_count
 
 
@@ -266,8 +267,7 @@ class TrainConfig(_Section):
         if self.grpo.explore and self.recursion.fraction:
             raise ValueError("grpo.explore is for single-round training: set "
                              "recursion.fraction = 0 or grpo.explore = 0")
-        out = Path(self.output.dir)
-        blocker = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+        blocker = file_in_the_way(self.output.dir)
         if blocker is not None:
             raise ValueError(f"output.dir {self.output.dir!r}: {blocker} is a file, not a "
                              "folder; set output.dir to a folder (it is made if missing)")

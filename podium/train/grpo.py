@@ -8,7 +8,6 @@ A TRL upgrade must check each of these against the new `trl/trainer/grpo_trainer
 * `_calculate_rewards(inputs, prompts, completions, completion_ids_list)`: after TRL's own,
   the reward's step log (`podium.train.metrics`) is gathered from every process on the main
   thread and published: metrics counted over the whole step, transcripts written once.
-
 * `_load_optimizer_and_scheduler(checkpoint)`: `--resume` of a multi-process CPU job, where
   transformers 5.10 maps the optimizer state to `args.device`, `cpu:0`, which `torch.load`
   cannot restore ("don't know how to restore data location ... cpu:0"): mapped to `cpu`.

@@ -3,11 +3,11 @@
 A TRL `rollout_func` replaces plain generation. Of each group's G rollouts, the first G - k are
 round-0 completions of the question's prompt, as usual (k = `recursion.fraction` x G). Round-0
 rollout i (for i < k) is also run through the pipeline right away, and rollout G - k + i of the
-group is its round 1 (a group split over several processes is laid out so within each
-process's piece of it, `podium.train.layout`): the prompt is the round-0 conversation plus the round-0 final answer
-(`revise_messages`, the same recursion prompt as inference), and the policy either keeps the
-answer (three empty lists) or writes a corrective workflow, which the reward runs with the
-previous round visible (`Pipeline.run_revision`). The paper's layout: 64 rollouts, 32 + 32.
+group is its round 1 (a group split over several processes is laid out the same way within
+each process's piece of it, `podium.train.layout`): the prompt is the round-0 conversation plus
+the round-0 final answer (`revise_messages`, the same recursion prompt as inference), and the
+policy either keeps the answer (three empty lists) or writes a corrective workflow, which the
+reward runs with the previous round visible (`Pipeline.run_revision`). The paper's layout: 64 rollouts, 32 + 32.
 
 Rewards (`ConductorReward`, `blend`): a round-1 rollout scores its own outcome r1 (a format
 error in round 1 scores 0); the round-0 rollout it continues scores (1 - d) r0 + d r1, d =

@@ -101,7 +101,6 @@ class ConductorReward:
         self.explore_wrong = explore_wrong
         self.calls = 0
         self.rank = 0  # this process's rank in the training job, set by the trainer
-        self.share = 0  # rollouts per process per call (set on each call)
         self.deferred = False  # True: keep each step's StepLog for the trainer to publish
         self.pending: StepLog | None = None
 
@@ -112,12 +111,12 @@ class ConductorReward:
             row["question"], text, messages=row["messages"], workers=row["workers"] or None,
             sample_id=sample_id, completion_tokens=n_tokens)
 
-    async def _one(self, i: int, step: int, completion: Any, ids: Sequence[int],
+    async def _one(self, place: int, step: int, completion: Any, ids: Sequence[int],
                    row: dict[str, Any]) -> tuple[RunResult, Outcome]:
+        """One rollout run and graded; `place` is its index in the whole step (the same
+        however many processes share the step), which keys its cached replies."""
         task, item = self.data.item(row["task"], row["item"])
-        # the rollout's place in the whole step, the same however many processes share it
-        text = completion_text(completion)
-        sample_id = f"train:{step}:{self.calls}:{self.rank * self.share + i}"
+        text, sample_id = completion_text(completion), f"train:{step}:{self.calls}:{place}"
         if row["round"] == 1:  # a recursion round after its round-0 rollout
             run = await self.pipeline.run_revision(row["prior"], text,
                                                    messages=row["round_messages"],
@@ -138,7 +137,7 @@ class ConductorReward:
                        **_: Any) -> list[float | None]:
         # the update these rollouts feed: metrics.jsonl logs it under the same number
         step = getattr(trainer_state, "global_step", 0) + 1
-        n = self.share = len(completions)
+        n = len(completions)
         rounds = podium_round or [0] * n
         rows = [{"messages": m, "question": q, "task": t, "item": it, "workers": w,
                  "round": r, "prior": p, "round_messages": rm}
@@ -146,7 +145,7 @@ class ConductorReward:
                     messages, question, task, item, workers, rounds, podium_prior or [None] * n,
                     podium_round_messages or [None] * n, strict=True)]
         done = await asyncio.gather(*(
-            self._one(i, step, completions[i], completion_ids[i], rows[i]) for i in range(n)))
+            self._one(self.rank * n + i, step, completions[i], completion_ids[i], rows[i]) for i in range(n)))
         self.calls += 1
         outcomes = [o for _, o in done]
         rewards = [reward_of(o, self.spec, r) for o, r in zip(outcomes, rounds, strict=True)]
@@ -183,23 +182,19 @@ class ConductorReward:
     def _candidates(self, step: int, prompts: list, completions: list,
                     done: list[tuple[RunResult, Outcome]], rewards: list[float | None],
                     explored: list[bool]) -> list[dict[str, Any]]:
-        """This process's candidate transcripts: the `per_step` it would save alone."""
-        if not self.per_step:
-            return []
+        """This process's candidate transcripts: the `per_step` it would save alone (only
+        those are rendered in full)."""
+        picked = pick_transcripts([{"reward": r, "explored": e, "i": i} for i, (r, e) in
+                                   enumerate(zip(rewards, explored, strict=True))],
+                                  self.per_step) if self.per_step else []
         out = []
-        for i, (_, outcome) in enumerate(done):
+        for i in (p["i"] for p in picked):
+            run, outcome = done[i]
             out.append({
                 "step": step, "reward": rewards[i], "correct": outcome.correct,
-                "prompt": prompts[i], "completion": None,
-                **({"explored": True} if explored[i] else {}), "_i": i})
-        keep = pick_transcripts(out, self.per_step)
-        for t in keep:  # only the picked rollouts are rendered in full
-            i = t.pop("_i")
-            run, outcome = done[i]
-            t["completion"] = completion_text(completions[i])
-            t.update({k: v for k, v in run.to_json().items() if k in (
-                "workflow", "answer", "rounds", "cause", "failures", "used", "notes")})
-            t["grade"] = outcome.to_json().get("grade")
-            if t.pop("explored", False):  # the key stays last, as in the file's older lines
-                t["explored"] = True
-        return keep
+                "prompt": prompts[i], "completion": completion_text(completions[i]),
+                **{k: v for k, v in run.to_json().items() if k in (
+                    "workflow", "answer", "rounds", "cause", "failures", "used", "notes")},
+                "grade": outcome.to_json().get("grade"),
+                **({"explored": True} if explored[i] else {})})
+        return out

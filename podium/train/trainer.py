@@ -170,8 +170,8 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
         raise ConfigError(f"{config.source}: the training mix has no items; check [[data.tasks]].")
     plan = Plan(config, pool, settings, data, layout)
     plan.lines = describe(plan) + [f"limits      {note}" for note in limits]
-    if Launch.note():
-        plan.lines.append(f"launch      {Launch.note()}")
+    if note := Launch.note():
+        plan.lines.append(f"launch      {note}")
     if not make_trainer:
         return plan
     from datasets import Dataset
@@ -294,15 +294,14 @@ def describe(plan: Plan) -> list[str]:
 
 
 def train(config: TrainConfig, *, resume: bool = False,
-          echo: Callable[[str], None] | None = None) -> Path:
+          echo: Callable[[list[str]], None] | None = None) -> Path:
     """Train; return the folder of the final Conductor. The main process hands the plan's
     lines (its layout among them) to `echo` before the first step."""
     plan = build(config)
     out = Path(config.output.dir)
     try:
         if echo is not None and plan.trainer.accelerator.is_main_process:
-            for line in plan.lines:
-                echo(line)
+            echo(plan.lines)
         checkpoint = None
         if resume:
             from transformers.trainer_utils import get_last_checkpoint
