@@ -8,6 +8,13 @@ model, the recipe and the last metrics; and a `README.md` model card. `check_poo
 pool with the card: the same workers under the same ids, or a sub-pool of them, is fine;
 anything else is refused with the difference named, unless the caller allows a mismatch.
 
+A card is read as a `Card` (its shape checked, not only its JSON): a damaged one is a
+`ConfigError` naming the file and the field. A Conductor with no card at all (a GGUF moved
+without the `.podium-conductor.json` beside it, a checkpoint folder whose card was lost) is
+refused too: without the card podium could check no pool and would run it with the wrong
+prompt settings and no grammar. `--allow-pool-mismatch` runs it anyway, with the pool's
+settings.
+
 This module reads and writes JSON only (no torch), so `podium ask` and `podium eval` can check
 a checkpoint without the `train` extra.
 """
@@ -17,6 +24,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
@@ -72,19 +81,48 @@ def card_path(source: str | Path) -> Path:
     return source.with_suffix("." + CARD) if source.suffix == ".gguf" else source / CARD
 
 
+class CardWorker(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: int
+    name: str
+    backend: str
+    model: str
+
+
+class Card(BaseModel):
+    """The parts of a card podium reads (the rest, metrics and recipe, is for people)."""
+
+    model_config = ConfigDict(extra="allow")
+    format: int
+    pool: list[CardWorker]
+    run: dict[str, Any]
+    constrained: bool = False
+
+
 def read_card(source: str | Path) -> dict[str, Any] | None:
+    """The card of the Conductor at `source` (None: it has none), its shape checked: a card
+    that is not JSON, or JSON of another shape, is a ConfigError naming the field."""
     path = card_path(source)
     if not path.is_file():
         return None
+    damaged = f"{path} is not a Conductor card podium can read"
+    fix = ("the checkpoint is damaged: use another checkpoint, or export it again from the "
+           "folder podium train wrote.")
     try:
         card = json.loads(path.read_text("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path} is not a valid Conductor card ({exc}); the checkpoint is "
-                          "damaged: use another one.") from None
-    if card.get("format") != CARD_FORMAT:
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ConfigError(f"{damaged} ({type(exc).__name__}: {exc}); {fix}") from None
+    if isinstance(card, dict) and card.get("format") != CARD_FORMAT:
         raise ConfigError(f"{path} was written by another podium version (format "
-                          f"{card.get('format')!r}).")
-    return card
+                          f"{card.get('format')!r}); run it with that version.")
+    try:
+        Card.model_validate(card)
+        run = RunSettings.model_validate(card["run"])  # the prompt settings it runs with
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(the whole card)"
+        raise ConfigError(f"{damaged} ({where}: {first['msg']}); {fix}") from None
+    return {**card, "run": run.model_dump(include=set(card["run"]))}
 
 
 def pool_mismatch(card: dict[str, Any], pool: Pool) -> list[str]:
@@ -104,10 +142,17 @@ def pool_mismatch(card: dict[str, Any], pool: Pool) -> list[str]:
 
 
 def check_pool(folder: str | Path, pool: Pool, *, allow_mismatch: bool = False) -> None:
-    """Refuse to run the Conductor in `folder` with a pool its ids do not fit."""
+    """Refuse to run the Conductor in `folder` with a pool its ids do not fit, or with no
+    card to check the pool against."""
     card = read_card(folder)
-    if card is None or allow_mismatch:
+    if allow_mismatch:
         return
+    if card is None:
+        raise ConfigError(
+            f"The Conductor {folder} has no card ({card_path(folder)}), so podium cannot check "
+            "that this pool's ids are the workers it was trained with, nor run it with its "
+            "prompt settings and grammar. Put the card podium train or podium export wrote "
+            "beside it, or pass --allow-pool-mismatch to run it with this pool's settings.")
     problems = pool_mismatch(card, pool)
     if problems:
         raise ConfigError(

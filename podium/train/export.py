@@ -9,13 +9,22 @@ llama.cpp backend: offline, grammar-constrained when asked (`--conductor OUT.ggu
 checkpoint's Conductor card is written beside it (`OUT.podium-conductor.json`), so the pool
 check and the prompt settings travel with the file.
 
+An export cannot half-finish: the GGUF is written under a temporary name in the target folder
+(`.OUT.partial`), the card is written, and only then is the GGUF renamed to OUT. A failure on
+the way (a full disk, a card that cannot be written) leaves neither file, and a GGUF without
+its card is refused by `--conductor` anyway (`podium.checkpoint`). The checkpoint is checked
+before anything is written: a missing, empty or truncated folder, or one without a card, is a
+`ConfigError` naming it.
+
 Only llama-architecture checkpoints whose shape matches the template are exported; anything
 else is refused with the mismatch named.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,15 +55,20 @@ def _field(reader: Any, key: str) -> Any:
 def export_gguf(checkpoint: str | Path, out: str | Path, *, like: str | Path | None = None,
                 dtype: Literal["f32", "f16"] = "f16") -> Path:
     import gguf
-    import numpy as np
-    import torch
     from transformers import AutoConfig
 
     from podium.llm.embedded import bundled_gguf
 
     checkpoint, out = Path(checkpoint), Path(out)
+    if out.suffix != ".gguf" or out.is_dir():
+        raise ConfigError(f"--gguf {out}: name the .gguf file to write (e.g. conductor.gguf).")
+    card = _checked_checkpoint(checkpoint)
     like = Path(like) if like else bundled_gguf()
-    config = AutoConfig.from_pretrained(checkpoint)
+    try:
+        config = AutoConfig.from_pretrained(checkpoint)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{checkpoint}/config.json cannot be read ({exc}); the checkpoint "
+                          "is damaged: export another one.") from None
     reader = gguf.GGUFReader(str(like))
     if config.model_type != "llama" or _field(reader, "general.architecture") != "llama":
         raise ConfigError(f"{checkpoint} is a {config.model_type!r} model; podium export writes "
@@ -67,7 +81,28 @@ def export_gguf(checkpoint: str | Path, out: str | Path, *, like: str | Path | N
                           + "; ".join(wrong) + "). Pass --like with a GGUF of its base model.")
     state = _load_state(checkpoint)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, config.num_hidden_layers)
-    writer = gguf.GGUFWriter(str(out), "llama")
+    partial = out.with_name(f".{out.name}.partial")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _write(partial, state, names, config, reader, gguf, dtype, checkpoint)
+        _write_atomic(card_path(out), json.dumps({**card, "exported_from": str(checkpoint)},
+                                                 indent=2, ensure_ascii=False))
+        os.replace(partial, out)  # the GGUF appears only once its card is beside it
+    except OSError as exc:
+        raise ConfigError(f"Writing {out} failed ({type(exc).__name__}: {exc}); nothing was "
+                          "exported. Free the path (or the disk) and export again.") from None
+    finally:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+    return out
+
+
+def _write(path: Path, state: dict, names: Any, config: Any, reader: Any, gguf: Any,
+           dtype: str, checkpoint: Path) -> None:
+    import numpy as np
+    import torch
+
+    writer = gguf.GGUFWriter(str(path), "llama")
     _copy_metadata(reader, writer, gguf, dtype)
     for name, tensor in state.items():
         if name == "lm_head.weight" and config.tie_word_embeddings:
@@ -83,19 +118,44 @@ def export_gguf(checkpoint: str | Path, out: str | Path, *, like: str | Path | N
         if dtype == "f16" and data.ndim > 1:
             data = data.astype(np.float16)
         writer.add_tensor(target, np.ascontiguousarray(data))
-    out.parent.mkdir(parents=True, exist_ok=True)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """`text` into `path` through a temporary file beside it: all of it or nothing."""
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        tmp.write_text(text, "utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _checked_checkpoint(checkpoint: Path) -> dict[str, Any]:
+    """The card of a checkpoint folder fit to export; a ConfigError naming what is wrong."""
+    which = "pass the folder podium train wrote (e.g. runs/train/NAME/final)"
+    if not checkpoint.exists():
+        raise ConfigError(f"{checkpoint}: no such checkpoint; {which}.")
+    if not checkpoint.is_dir():
+        raise ConfigError(f"{checkpoint} is a file, not a checkpoint folder; {which}.")
+    if not (checkpoint / "config.json").is_file():
+        raise ConfigError(f"{checkpoint} holds no config.json, so it is not a model "
+                          f"checkpoint (or its writing did not finish); {which}.")
     card = read_card(checkpoint)
-    if card is not None:  # the pool and prompt settings travel with the file
-        card_path(out).write_text(json.dumps({**card, "exported_from": str(checkpoint)},
-                                             indent=2, ensure_ascii=False), "utf-8")
-    return out
+    if card is None:
+        raise ConfigError(f"{checkpoint} has no Conductor card ({card_path(checkpoint).name}): "
+                          "without it the GGUF could not be run with its pool and prompt "
+                          f"settings. {which[0].upper()}{which[1:]}.")
+    return card
 
 
 def _load_state(checkpoint: Path) -> dict[str, Any]:
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     files = sorted(checkpoint.glob("*.safetensors"))
@@ -104,7 +164,12 @@ def _load_state(checkpoint: Path) -> dict[str, Any]:
                           "train wrote (e.g. runs/train/NAME/final).")
     state: dict[str, Any] = {}
     for f in files:
-        state.update(load_file(str(f)))
+        try:
+            state.update(load_file(str(f)))
+        except (SafetensorError, OSError) as exc:
+            raise ConfigError(f"{f} cannot be read ({exc}): the checkpoint is truncated or "
+                              "damaged; export another checkpoint (its writing may not have "
+                              "finished).") from None
     return state
 
 

@@ -206,6 +206,14 @@ def test_export_to_gguf_matches_the_checkpoint_and_runs_embedded(trained, monkey
     turn = json.loads(output)["conductor"][0]
     assert turn["messages"][1]["content"].startswith("Question:") and turn["completion"]
 
+    # a card that cannot be written (a folder in its place): nothing is exported, and nothing
+    # half-written is left for --conductor to find
+    blocked = trained / "blocked.gguf"
+    blocked.with_suffix(".podium-conductor.json").mkdir()
+    result = CliRunner().invoke(app, ["export", str(final), "--gguf", str(blocked)])
+    assert result.exit_code == 2 and "nothing was exported" in result.output, result.output
+    assert not blocked.exists() and not list(trained.glob(".*.partial"))
+
 
 @pytest.mark.slow  # a further GRPO run; `make test-all`
 def test_the_recursion_fine_tune_continues_half_of_each_group(tmp_path, monkeypatch):
