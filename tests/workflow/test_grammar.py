@@ -35,15 +35,18 @@ def test_grammar_rejects_bad_arguments():
 
 @pytest.mark.parametrize("seed", [1])
 def test_hot_sampling_under_the_grammar_still_parses(seed):
-    """Even at temperature 1.5 the completion is a valid workflow within a sub-pool."""
+    """Even at temperature 1.5 the completion is a valid workflow within a sub-pool. The
+    grammar's limits bound its length (one reasoning line of 80 characters, subtasks of 60:
+    under 300 characters, a token at least each) below max_tokens, so every sample ends."""
     spec = ModelSpec(name="conductor", backend="embedded", model="smollm2", temperature=1.5,
                      top_p=1.0, max_tokens=400, seed=seed)
     client = EmbeddedClient(spec, ModelStore())
     pool = [PoolEntry(0), PoolEntry(2)]
     messages = conductor_messages("Plan a picnic for six people.", pool, max_steps=2)
-    grammar = workflow_grammar([0, 2], 2)
+    grammar = workflow_grammar([0, 2], 2, max_reason_chars=80, max_reason_lines=1,
+                               max_subtask_chars=60)
     resp = asyncio.run(client.chat(messages, grammar=grammar))
-    assert resp.prefill == "continued"
+    assert resp.prefill == "continued" and resp.finish_reason == "stop"
     wf = parse_workflow(resp.text, num_workers=3, max_steps=2, allowed_workers=[0, 2])
     assert 1 <= len(wf) <= 2
     assert {s.worker for s in wf.steps} <= {0, 2}
