@@ -26,7 +26,7 @@ from typing import Any
 from podium.conductor import Conductor, ConductorTurn
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
-from podium.llm.base import ChatClient
+from podium.llm.base import ChatClient, Sampling
 from podium.llm.cache import ResponseCache, default_cache_path
 from podium.llm.registry import build_clients
 from podium.outcome import Outcome, Round, build_outcome
@@ -99,8 +99,9 @@ class RunResult:
         }
 
 
-def exec_options(settings: RunSettings) -> ExecOptions:
+def exec_options(settings: RunSettings, answer_sampling: Sampling | None = None) -> ExecOptions:
     return ExecOptions(
+        answer_sampling=answer_sampling,
         final_answer=settings.final_answer,
         on_error=settings.on_step_error,
         messages=MessageOptions(
@@ -125,6 +126,10 @@ class Pipeline:
     ) -> None:
         self.pool = pool
         self.settings = settings or pool.run
+        # the sampling of each workflow's last step (the answer), over its worker's own:
+        # what a request to `podium serve` asks for (temperature, top_p, seed, stop,
+        # max_tokens); None: every step samples as its model is configured
+        self.answer_sampling: Sampling | None = None
         self.cache = None
         if clients is None and self.settings.cache:
             path = self.settings.cache_path or default_cache_path()
@@ -172,7 +177,8 @@ class Pipeline:
                        previous: WorkflowRun | None, budget: Budget, sample_id: int | str,
                        on_event: Event | None) -> WorkflowRun:
         return await execute_workflow(
-            workflow, question, self.team, options=exec_options(self.settings),
+            workflow, question, self.team,
+            options=exec_options(self.settings, self.answer_sampling),
             previous_round=previous.prior_steps() if previous else (),
             round_index=round_index, sample_id=sample_id, budget=budget, on_event=on_event,
         )

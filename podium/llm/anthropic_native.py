@@ -52,6 +52,8 @@ from podium.llm.base import (
     Message,
     NoGrammar,
     PrefillMode,
+    Sampling,
+    applied,
     retry_after,
     split_prefill,
     split_system,
@@ -138,10 +140,11 @@ class AnthropicClient(NoGrammar):
         )
         self._sdk = anthropic
 
-    def _request(self, messages: list[Message]) -> tuple[dict[str, Any], PrefillMode, bool]:
+    def _request(self, messages: list[Message], sampling: Sampling | None = None
+                 ) -> tuple[dict[str, Any], PrefillMode, bool]:
         """The keyword arguments for `messages.create`, the prefill mode, and whether a prefill
-        was dropped."""
-        s = self.spec
+        was dropped. Of `sampling`, `stop` and `max_tokens` are sent (see above)."""
+        s = applied(self.spec, sampling)
         system, others = split_system(messages)
         turns = [{"role": m["role"], "content": m.get("content", "")} for m in others]
         rest, prefill = split_prefill(turns)
@@ -154,7 +157,8 @@ class AnthropicClient(NoGrammar):
             else:
                 rest = [*rest, {"role": "assistant", "content": prefill}]
                 mode = "continued"
-        body: dict[str, Any] = {"model": s.model, "max_tokens": self._max_tokens,
+        max_tokens = min(self._max_tokens, s.max_tokens or self._max_tokens)
+        body: dict[str, Any] = {"model": s.model, "max_tokens": max_tokens,
                                 "messages": rest, "timeout": self._timeout}
         if system:
             body["system"] = system
@@ -167,9 +171,9 @@ class AnthropicClient(NoGrammar):
         return body, mode, dropped
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0) -> ChatResponse:
+                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
         self.refuse_grammar(grammar)
-        body, mode, dropped = self._request(messages)
+        body, mode, dropped = self._request(messages, sampling)
         start = time.perf_counter()
         try:
             resp = await self._client.messages.create(**body)

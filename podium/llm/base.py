@@ -54,6 +54,41 @@ class ChatResponse:
         return self.prompt_tokens + self.completion_tokens
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """One call's sampling, over its model's own settings: what a request to `podium serve`
+    asks of the step that writes the answer (`temperature`, `top_p`, `seed`, `stop`,
+    `max_tokens`). None leaves the model's setting; `max_tokens` only lowers the model's
+    own limit, and `stop` sequences are added to the model's."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    max_tokens: int | None = None
+
+    def over(self, spec: ModelSpec) -> ModelSpec:
+        """`spec` with this sampling applied (the same object when nothing changes)."""
+        update: dict[str, Any] = {k: getattr(self, k) for k in ("temperature", "top_p", "seed")
+                                  if getattr(self, k) is not None}
+        if self.max_tokens is not None:
+            update["max_tokens"] = min(self.max_tokens, spec.max_tokens or self.max_tokens)
+        if self.stop:
+            update["stop"] = [*(spec.stop or []), *(x for x in self.stop
+                                                     if x not in (spec.stop or []))]
+        return spec.model_copy(update=update) if update else spec
+
+
+def applied(spec: ModelSpec, sampling: Sampling | None) -> ModelSpec:
+    return spec if sampling is None else sampling.over(spec)
+
+
+def sampling_kw(sampling: Sampling | None) -> dict[str, Any]:
+    """`chat`'s keyword for `sampling`: given only when there is one, so that a ChatClient
+    written without it is still called as it expects."""
+    return {} if sampling is None else {"sampling": sampling}
+
+
 @runtime_checkable
 class ChatClient(Protocol):
     """One configured model. `name` is what traces and errors call it."""
@@ -61,12 +96,14 @@ class ChatClient(Protocol):
     name: str
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0) -> ChatResponse:
+                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
         """Generate one reply. `grammar` is a GBNF grammar the reply must follow; backends
         that cannot constrain decoding raise `ConfigError` when one is given. `sample_id`
         tells repeated samples of the same request apart (the response cache keys on it);
         the executor passes "<sample>:<step>" so that identical steps of one workflow (k
-        samples of one worker) stay distinct."""
+        samples of one worker) stay distinct. `sampling` overrides the model's own sampling
+        settings for this call (the executor passes it only when there is one, so a client
+        written before it still works without it)."""
         ...
 
     @property

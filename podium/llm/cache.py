@@ -31,7 +31,15 @@ from typing import Any
 from podium.config import ModelSpec
 from podium.errors import ConfigError
 from podium.files import private_file
-from podium.llm.base import ChatClient, ChatResponse, ClientWrapper, Message
+from podium.llm.base import (
+    ChatClient,
+    ChatResponse,
+    ClientWrapper,
+    Message,
+    Sampling,
+    applied,
+    sampling_kw,
+)
 
 log = logging.getLogger(__name__)
 
@@ -170,15 +178,16 @@ class CachedClient(ClientWrapper):
         self._inflight: dict[tuple[asyncio.AbstractEventLoop, str], asyncio.Future] = {}
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0) -> ChatResponse:
-        key = cache_key(self.spec, messages, grammar=grammar, sample_id=sample_id)
+                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
+        key = cache_key(applied(self.spec, sampling), messages, grammar=grammar,
+                        sample_id=sample_id)
         slot = (asyncio.get_running_loop(), key)
         pending = self._inflight.get(slot)
         if pending is not None:  # the same request is in flight: share its cached reply
             shared = await asyncio.shield(pending)
             if shared is not None:
                 return shared
-            return (await self._call(key, messages, grammar, sample_id))[0]
+            return (await self._call(key, messages, grammar, sample_id, sampling))[0]
         fut: asyncio.Future = slot[0].create_future()
         self._inflight[slot] = fut
         shared = None
@@ -186,7 +195,7 @@ class CachedClient(ClientWrapper):
             shared = await asyncio.to_thread(self.cache.get, key)
             if shared is not None:
                 return shared
-            resp, shared = await self._call(key, messages, grammar, sample_id)
+            resp, shared = await self._call(key, messages, grammar, sample_id, sampling)
             return resp
         finally:
             del self._inflight[slot]
@@ -194,9 +203,11 @@ class CachedClient(ClientWrapper):
                 fut.set_result(shared)
 
     async def _call(self, key: str, messages: list[Message], grammar: str | None,
-                    sample_id: int | str) -> tuple[ChatResponse, ChatResponse | None]:
+                    sample_id: int | str, sampling: Sampling | None
+                    ) -> tuple[ChatResponse, ChatResponse | None]:
         """Ask the model; store a non-empty reply. Returns it and its hit copy (if stored)."""
-        resp = await self.inner.chat(messages, grammar=grammar, sample_id=sample_id)
+        resp = await self.inner.chat(messages, grammar=grammar, sample_id=sample_id,
+                                     **sampling_kw(sampling))
         if not resp.text or resp.cache_hit:
             return resp, None
         await asyncio.to_thread(self.cache.put, key, resp)

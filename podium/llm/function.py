@@ -17,7 +17,7 @@ from typing import Any
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
-from podium.llm.base import ChatResponse, Message, NoGrammar
+from podium.llm.base import ChatResponse, Message, NoGrammar, Sampling
 
 
 def import_callable(path: str) -> Callable[..., Any]:
@@ -47,7 +47,8 @@ class FunctionClient(NoGrammar):
         self._fn = fn or import_callable(spec.function or "")
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0) -> ChatResponse:
+                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
+        """A function is a tool, not a sampler: `sampling` does not apply to it."""
         self.refuse_grammar(grammar)
         start = time.perf_counter()
         try:

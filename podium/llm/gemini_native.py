@@ -46,6 +46,8 @@ from podium.llm.base import (
     ChatResponse,
     Message,
     NoGrammar,
+    Sampling,
+    applied,
     retry_after,
     split_prefill,
     split_system,
@@ -173,8 +175,8 @@ class GeminiClient(NoGrammar):
             raise ConfigError(f"Model {spec.name!r} (backend 'gemini'): invalid settings: "
                               f"{exc}. Fix them in the pool file.") from None
 
-    def _config_fields(self, types: Any) -> dict[str, Any]:
-        s = self.spec
+    def _config_fields(self, types: Any, sampling: Sampling | None = None) -> dict[str, Any]:
+        s = applied(self.spec, sampling)
         fields: dict[str, Any] = {}
         for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p"),
                              ("max_tokens", "max_output_tokens"), ("seed", "seed")):
@@ -195,10 +197,14 @@ class GeminiClient(NoGrammar):
         return fields
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0) -> ChatResponse:
+                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
         self.refuse_grammar(grammar)
         contents, system, prefilled = _contents(messages)
         config = self._config
+        if sampling is not None:
+            from google.genai import types
+
+            config = config.model_copy(update=self._config_fields(types, sampling))
         if system is not None:
             config = config.model_copy(update={"system_instruction": system})
         start = time.perf_counter()

@@ -39,7 +39,14 @@ import openai
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
-from podium.llm.base import ChatResponse, Message, PrefillMode, retry_after
+from podium.llm.base import (
+    ChatResponse,
+    Message,
+    PrefillMode,
+    Sampling,
+    applied,
+    retry_after,
+)
 from podium.llm.chat_template import load_chat_template
 from podium.llm.errors import provider_error, sdk_error_kind, status_kind
 from podium.redact import clip
@@ -209,14 +216,16 @@ class OpenAICompatClient:
     def supports_grammar(self) -> bool:
         return self.spec.grammar_style is not None
 
-    def _request(self, messages: list[Message], grammar: str | None) -> dict[str, Any]:
+    def _request(self, messages: list[Message], grammar: str | None,
+                 sampling: Sampling | None = None) -> dict[str, Any]:
         """The request body. Provider quirks come from the pool entry's profile settings:
         `max_tokens_param` (max_completion_tokens for OpenAI reasoning models),
         `reasoning_effort`, `thinking` (Qwen3-style chat_template_kwargs.enable_thinking) and,
         when the last message is an assistant prefill, `prefill`: `continue` adds vLLM's
         continue_final_message/add_generation_prompt fields, `completions` makes it a
-        `/v1/completions` body whose `prompt` is the rendered chat template plus the prefill."""
-        s = self.spec
+        `/v1/completions` body whose `prompt` is the rendered chat template plus the prefill.
+        `sampling` is this call's sampling over the pool entry's."""
+        s = applied(self.spec, sampling)
         body: dict[str, Any] = {"model": s.model, "messages": messages}
         for key in ("temperature", "top_p", "stop", "seed", "reasoning_effort"):
             value = getattr(s, key)
@@ -261,8 +270,8 @@ class OpenAICompatClient:
         return "as_message"
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0) -> ChatResponse:
-        body = self._request(messages, grammar)
+                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
+        body = self._request(messages, grammar, sampling)
         # a `prompt` body is a prefill to continue on /completions (`prefill = "completions"`)
         path = "/completions" if "prompt" in body else "/chat/completions"
         start = time.perf_counter()

@@ -26,7 +26,15 @@ from typing import Any
 
 from podium.config import ModelSpec
 from podium.errors import WorkerError
-from podium.llm.base import ChatClient, ChatResponse, ClientWrapper, Message
+from podium.llm.base import (
+    ChatClient,
+    ChatResponse,
+    ClientWrapper,
+    Message,
+    Sampling,
+    applied,
+    sampling_kw,
+)
 
 WINDOW_S = 60.0
 MAX_RETRY_AFTER_S = 120.0  # a server's Retry-After is honoured up to this long
@@ -129,8 +137,8 @@ class ReliableClient(ClientWrapper):
         return min(s.backoff_max_s, s.backoff_s * 2**retry) * (0.5 + self._rng.random() / 2)
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0) -> ChatResponse:
-        est = estimate_tokens(messages, self.spec.max_tokens)
+                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
+        est = estimate_tokens(messages, applied(self.spec, sampling).max_tokens)
         records: list[dict[str, Any]] = []
         errors = empties = 0  # retries used on failures, re-asks used on empty replies
         while True:
@@ -138,7 +146,8 @@ class ReliableClient(ClientWrapper):
             if self.limiter is not None:
                 await self.limiter.acquire(est)
             try:
-                resp = await self.inner.chat(messages, grammar=grammar, sample_id=sample_id)
+                resp = await self.inner.chat(messages, grammar=grammar, sample_id=sample_id,
+                                             **sampling_kw(sampling))
             except WorkerError as exc:
                 error = exc
             except TimeoutError:

@@ -23,7 +23,7 @@ from typing import Any
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
-from podium.llm.base import ChatResponse, Message, NoGrammar
+from podium.llm.base import ChatResponse, Message, NoGrammar, Sampling, applied
 
 INSTALL = ("The transformers backend needs the `train` extra: pip install 'podium[train]' "
            "(torch, transformers).")
@@ -77,7 +77,8 @@ class TransformersClient(NoGrammar):
     def supports_grammar(self) -> bool:
         return importlib.util.find_spec("xgrammar") is not None
 
-    def _generate(self, messages: list[Message], grammar: str | None = None) -> ChatResponse:
+    def _generate(self, messages: list[Message], grammar: str | None = None,
+                  sampling: Sampling | None = None) -> ChatResponse:
         import torch
 
         model, tokenizer, lock = _load(self._path)
@@ -86,7 +87,7 @@ class TransformersClient(NoGrammar):
                                              continue_final_message=prefill,
                                              add_generation_prompt=not prefill)
         inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False).to(model.device)
-        s = self.spec
+        s = applied(self.spec, sampling)
         temperature = 0.8 if s.temperature is None else s.temperature
         kwargs: dict[str, Any] = {"max_new_tokens": s.max_tokens or 256,
                                   "pad_token_id": tokenizer.pad_token_id or tokenizer.eos_token_id}
@@ -112,11 +113,11 @@ class TransformersClient(NoGrammar):
             prefill="continued" if prefill else "none")
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0) -> ChatResponse:
+                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
         if grammar is not None and not self.supports_grammar:
             self.refuse_grammar(grammar)
         try:
-            return await asyncio.to_thread(self._generate, messages, grammar)
+            return await asyncio.to_thread(self._generate, messages, grammar, sampling)
         except (WorkerError, ConfigError):
             raise
         except Exception as exc:  # a torch or tokenizer failure: one error kind, recorded

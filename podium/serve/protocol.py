@@ -35,9 +35,25 @@ them at the top level of the JSON body, or as strings in `metadata`; a top-level
     max_cost         cap on cost in USD for this request (never above the pool's own cap)
     return_trace_id  true: the response carries `podium_trace_id` and `X-Podium-Trace-Id`
 
-`max_tokens` / `max_completion_tokens` must be positive integers when given; the length of
-each model call is set by the pool file (each model's `max_tokens`), so they limit nothing
-more (see docs/serving.md).
+**Sampling fields** are validated as the OpenAI API validates them (type and range; a 400
+naming the field), and each is honoured or refused, none ignored:
+
+    temperature, top_p, seed   honoured by the step that writes the answer (each workflow's
+                               last step), over its worker's own setting; the Conductor and
+                               the other steps sample as the pool file says
+    stop                       a string or up to 4: added to the answer step's stop sequences
+    max_tokens,                cap the answer step's completion tokens (never above its
+    max_completion_tokens      worker's own `max_tokens`); an answer cut there ends with
+                               finish_reason "length"
+    n                          1 only (400 otherwise)
+    presence_penalty,          0 only: a team of different models has no one penalty to
+    frequency_penalty          apply (400 otherwise)
+    logit_bias                 empty only: token ids differ between the team's models
+    logprobs, top_logprobs     false / 0 only: the answer's tokens are another model's
+    user                       recorded in the request's trace
+
+A backend honours what its API has: Anthropic's takes `stop` and `max_tokens` only (its API
+refuses temperature and top_p), and a `function` worker is a tool, not a sampler.
 """
 
 from __future__ import annotations
@@ -45,8 +61,18 @@ from __future__ import annotations
 import json
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
 
+from podium.llm.base import Sampling
 from podium.serve.errors import ApiError, bad_request
 
 M = TypeVar("M", bound=BaseModel)
@@ -100,8 +126,19 @@ class Options(BaseModel):
     return_trace_id: bool = False
 
 
-class ChatRequest(BaseModel):
+Number = StrictFloat | StrictInt  # as JSON has it: 1 and 1.0 alike, never "1" or true
+
+
+class SampledRequest(BaseModel):
+    """The sampling fields both APIs share (validated as OpenAI does)."""
+
     model_config = ConfigDict(extra="allow")
+    temperature: Number | None = Field(None, ge=0, le=2)
+    top_p: Number | None = Field(None, ge=0, le=1)
+    top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
+
+
+class ChatRequest(SampledRequest):
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
     stream: StrictBool = False
@@ -109,7 +146,57 @@ class ChatRequest(BaseModel):
     max_tokens: StrictInt | None = Field(None, gt=0)
     max_completion_tokens: StrictInt | None = Field(None, gt=0)
     n: StrictInt | None = None
+    seed: StrictInt | None = None
+    stop: StrictStr | list[StrictStr] | None = Field(None)
+    presence_penalty: Number | None = Field(None, ge=-2, le=2)
+    frequency_penalty: Number | None = Field(None, ge=-2, le=2)
+    logit_bias: dict[str, Number] | None = None
+    logprobs: StrictBool | None = None
+    user: StrictStr | None = None
     metadata: dict[str, Any] | None = None
+
+    def sampling(self) -> Sampling | None:
+        """What this request asks of the answer step (None: nothing), once the fields the
+        team cannot honour are refused (a 400 naming the field)."""
+        refuse_unhonoured(self)
+        for key, none in (("presence_penalty", 0), ("frequency_penalty", 0),
+                          ("logit_bias", {}), ("logprobs", False)):
+            if getattr(self, key) not in (None, none):
+                raise unhonoured(key, f"{none!r}")
+        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        if len(stop) > 4:
+            raise bad_request(f"Invalid value for 'stop': it must be {FIELD_RULES['stop']} (got "
+                              f"{len(stop)} strings).", param="stop")
+        limit = self.max_completion_tokens or self.max_tokens
+        return sampling(self.temperature, self.top_p, self.seed, tuple(stop), limit)
+
+
+def refuse_unhonoured(req: SampledRequest) -> None:
+    if req.top_logprobs:
+        raise unhonoured("top_logprobs", "0")
+
+
+def unhonoured(key: str, allowed: str) -> ApiError:
+    return bad_request(f"'{key}' can only be {allowed} for the podium model: its answer is "
+                       "written by one of a team of models, which cannot honour it. Leave it "
+                       "out.", param=key, code="unsupported_value")
+
+
+def sampling(temperature, top_p, seed, stop, max_tokens) -> Sampling | None:
+    found = Sampling(temperature, top_p, seed, stop, max_tokens)
+    return None if found == Sampling() else found
+
+
+# what each top-level field must be, as a 400 says it (OpenAI's ranges)
+FIELD_RULES = {
+    "temperature": "a number from 0 to 2", "top_p": "a number from 0 to 1",
+    "seed": "an integer", "stop": "a string or a list of up to 4 strings",
+    "presence_penalty": "a number from -2 to 2", "frequency_penalty": "a number from -2 to 2",
+    "logit_bias": "an object of token ids to numbers", "logprobs": "true or false",
+    "top_logprobs": "an integer from 0 to 20", "user": "a string",
+    "max_tokens": "a positive integer", "max_completion_tokens": "a positive integer",
+    "max_output_tokens": "a positive integer", "n": "an integer", "stream": "true or false",
+}
 
 
 def _param(loc: tuple) -> str:
@@ -122,10 +209,21 @@ def validation_error(err: ValidationError, prefix: str = "") -> ApiError:
     if first["type"] == "missing":
         return bad_request(f"Missing required parameter: '{param}'.", param=param,
                            code="missing_required_parameter")
-    message = first["msg"]
-    if param in ("max_tokens", "max_completion_tokens"):
-        message = f"{param} must be a positive integer (got {first.get('input')!r})"
-    return bad_request(f"Invalid value for '{param}': {message}.", param=param)
+    field = str(first["loc"][0]) if first["loc"] and not prefix else ""
+    if field in FIELD_RULES:  # named as the API names it (not pydantic's union members)
+        got = first.get("input")
+        return bad_request(f"Invalid value for '{field}': it must be {FIELD_RULES[field]} (got "
+                           f"{json.dumps(got) if _jsonable(got) else repr(got)}).",
+                           param=field)
+    return bad_request(f"Invalid value for '{param}': {first['msg']}.", param=param)
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def validated(raw: bytes, model: type[M]) -> tuple[M, dict]:

@@ -35,14 +35,18 @@ import json
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+from pydantic import Field, StrictBool, StrictInt, ValidationError
 
+from podium.llm.base import Sampling
 from podium.serve.errors import ApiError, bad_request
 from podium.serve.protocol import (
     ChatMessage,
     Options,
+    SampledRequest,
     options_of,
     question_of,
+    refuse_unhonoured,
+    sampling,
     validated,
     validation_error,
 )
@@ -51,14 +55,19 @@ from podium.serve.responses import answer_pieces, podium_json
 TEXT_TYPES = ("input_text", "output_text", "text")
 
 
-class ResponsesRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class ResponsesRequest(SampledRequest):
     model: str
     input: str | list[Any]
     instructions: str | None = None
     stream: StrictBool = False
     max_output_tokens: StrictInt | None = Field(None, gt=0)
     metadata: dict[str, Any] | None = None
+
+    def sampling(self) -> Sampling | None:
+        """temperature, top_p and max_output_tokens, for the answer step (see
+        podium.serve.protocol)."""
+        refuse_unhonoured(self)
+        return sampling(self.temperature, self.top_p, None, (), self.max_output_tokens)
 
 
 def parse_responses_body(raw: bytes) -> tuple[ResponsesRequest, Options, list[ChatMessage]]:
@@ -142,7 +151,7 @@ def response_json(rid: str, created: int, model: str, req: ResponsesRequest, *,
         "model": model, "output": output or [], "error": error, "incomplete_details": None,
         "instructions": req.instructions, "metadata": req.metadata or {},
         "max_output_tokens": req.max_output_tokens, "parallel_tool_calls": False,
-        "temperature": None, "top_p": None, "tool_choice": "none", "tools": [],
+        "temperature": req.temperature, "top_p": req.top_p, "tool_choice": "none", "tools": [],
         "usage": usage_json(result) if result is not None else None,
     }
     if result is not None:

@@ -31,7 +31,7 @@ from typing import Literal
 
 from podium.config import Price
 from podium.errors import WorkerError
-from podium.llm.base import ChatClient, Message
+from podium.llm.base import ChatClient, Message, Sampling, sampling_kw
 from podium.workflow.render import MessageOptions, PriorStep, worker_messages
 from podium.workflow.types import Access, Workflow, access_json
 
@@ -92,6 +92,9 @@ class ExecOptions:
     final_answer: Literal["last", "last_nonempty"] = "last"
     on_error: Literal["continue", "stop"] = "continue"
     messages: MessageOptions = MessageOptions()
+    # the last step's sampling (it writes the answer): a served request's temperature,
+    # top_p, seed, stop and max_tokens; the other steps keep their models' own
+    answer_sampling: Sampling | None = None
 
 
 @dataclass
@@ -224,8 +227,10 @@ async def execute_workflow(
         rec.started_s = time.perf_counter() - t0
         emit("started", rec)
         try:
-            resp = await team.clients[rec.worker].chat(rec.messages,
-                                                       sample_id=f"{sample_id}:{rec.index}")
+            last = rec.index == len(records) - 1
+            resp = await team.clients[rec.worker].chat(
+                rec.messages, sample_id=f"{sample_id}:{rec.index}",
+                **sampling_kw(options.answer_sampling if last else None))
         except WorkerError as exc:
             rec.status, rec.error_kind, rec.error = "error", exc.kind, str(exc)
             rec.retries = list(exc.retries)
