@@ -4,7 +4,8 @@ Everything that can be wrong with the setup (no key and no --no-auth, --no-auth 
 address, an unset key variable, a bad pool, an unwritable trace folder, the `serve` extra not
 installed) is a ConfigError before the port is bound: exit 2 with the flag to fix. uvicorn then
 owns the process: SIGTERM or Ctrl-C stops new connections, lets the requests in flight finish
-for up to --graceful-timeout seconds, then closes the pipeline.
+for up to --graceful-timeout seconds, answers those still running with a 503 (an error event
+on a stream) and writes their traces, then closes the pipeline (`podium.serve.shutdown`).
 
 With `--processes N` (N > 1) `podium.serve.processes` starts N server processes, each
 listening on the port with a socket of its own (SO_REUSEPORT: the kernel spreads connections
@@ -116,7 +117,8 @@ def _app(args: ServeArgs, keys: tuple[str, ...], team: Pool):
     config = ServeConfig(keys=keys, max_concurrency=args.runs_per_process,
                          max_request_bytes=args.max_request_bytes, trace_dir=args.trace_dir,
                          trace_keep=args.trace_keep, pass_through=args.pass_through,
-                         shared_traces=args.processes > 1)
+                         shared_traces=args.processes > 1,
+                         graceful_timeout_s=args.graceful_timeout)
     try:
         app = create_app(config, Pipeline(team, settings=settings))
     except OSError as exc:
@@ -176,16 +178,17 @@ def run_serve(**options) -> int:
 
     import uvicorn
 
+    from podium.serve.shutdown import Server
+
     team = _team(args)
-    options = dict(timeout_graceful_shutdown=args.graceful_timeout, log_level="info",
-                   access_log=False)  # podium.serve.access writes one line per request
+    options = dict(log_level="info", access_log=False)  # podium.serve.access: one line each
     if args.processes == 1:
-        config = uvicorn.Config(_app(args, keys, team), host=args.host, port=args.port,
-                                **options)
+        app = _app(args, keys, team)
+        config = uvicorn.Config(app, host=args.host, port=args.port, **options)
         _log_handler()
         sys.stderr.write(_banner(args, keys, team))
         try:
-            uvicorn.Server(config).run()
+            Server(config, app.state.drain).run()
         except SystemExit:  # uvicorn could not start (it logged why: e.g. the port is in use)
             return _not_started(args, "")
         return 0

@@ -31,8 +31,10 @@ gives each process its share of the limits). A request that changes run settings
 (recursion, budgets) gets a shallow copy of it with those settings: the same clients, cache,
 Team (its semaphores) and Conductor.
 
-Every error is an OpenAI-style body (`podium.serve.errors`). A client that goes away while a
-streamed answer is running cancels its run; a non-streamed run finishes and keeps its trace.
+Every error is an OpenAI-style body (`podium.serve.errors`). A client that goes away before
+its answer (streamed or not) cancels its run: an embedded model stops generating at its next
+token. A shutdown answers the runs it cuts short with a 503 (`podium.serve.shutdown`). Either
+way the run's trace is written, with what was asked and why it has no answer (`stopped`).
 """
 
 from __future__ import annotations
@@ -57,10 +59,12 @@ from fastapi.responses import (
     StreamingResponse,
 )
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from podium.baselines import SOLVE, bare_question
 from podium.errors import ConfigError
+from podium.llm.base import Sampling
 from podium.pipeline import Pipeline, RunResult
 from podium.serve import responses as R
 from podium.serve import responses_api as RA
@@ -69,6 +73,7 @@ from podium.serve.auth import KeyCheck
 from podium.serve.errors import ApiError, bad_request
 from podium.serve.pipeline_routes import PipelineRoutes, unexpected
 from podium.serve.protocol import ChatRequest, Options, parse_body, question_of
+from podium.serve.shutdown import SHUT_DOWN, Drain
 from podium.serve.traces import TraceStore, new_id
 from podium.viewer import index_page, trace_page
 from podium.workflow import Workflow
@@ -89,6 +94,7 @@ class ServeConfig:
     retry_after_s: int = 1
     pass_through: bool = False  # each worker also served as a model of its own
     shared_traces: bool = False  # other processes write the trace folder too (--processes)
+    graceful_timeout_s: float | None = None  # the runs a shutdown may wait for (shutdown.py)
 
 
 class Slots:
@@ -108,18 +114,36 @@ class Slots:
         self.in_flight -= 1
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity: the drain keeps a set of them
 class Run:
-    """One pipeline run for one request: its task and the progress lines it emits."""
+    """One pipeline run for one request: its task, the progress lines it emits, and why it
+    was stopped when it was (the client went away, the server shut down)."""
 
-    task: asyncio.Task
     events: asyncio.Queue
+    task: asyncio.Task = None  # type: ignore[assignment]
+    stopped: str | None = None
+    shut_down: bool = False
+
+    def stop(self, why: str) -> None:
+        if not self.task.done():
+            self.stopped = self.stopped or why
+            self.task.cancel(why)
+
+
+CLIENT_GONE = "the client went away before the answer"
+
+
+def shutting_down() -> ApiError:
+    return ApiError(503, "The server shut down before this request's answer was ready "
+                    "(podium serve --graceful-timeout). Send it again.",
+                    code="server_shutting_down")
 
 
 def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     check = KeyCheck(config.keys)
     traces = TraceStore(config.trace_dir, config.trace_keep, shared=config.shared_traces)
     slots = Slots(config.max_concurrency)
+    drain = Drain(config.graceful_timeout_s)
     names = [w.name for w in pipeline.pool.workers]
     started = int(time.time())
     served = [MODEL, *(names if config.pass_through else ())]
@@ -132,6 +156,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(traces.start)
+        drain.started()
         yield
         await pipeline.aclose()
         await asyncio.to_thread(traces.close)
@@ -140,6 +165,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                   openapi_url=None)
     app.state.slots = slots
     app.state.traces = traces
+    app.state.drain = drain
     # Starlette's own slash redirect writes an absolute Location from the client's Host
     # header; podium answers a path with a trailing slash with a relative one (see 404)
     app.router.redirect_slashes = False
@@ -213,9 +239,10 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     def runner(req, opts: Options, question: str) -> Callable[[Any], Awaitable[RunResult]]:
         """How the model asked for answers: the team (the Conductor, on the sub-pool named),
         or, for a pass-through model, one call to that worker."""
+        answer = req.sampling()
         if req.model == MODEL:
             workers = _workers(pipeline, opts)
-            pipe = _variant(pipeline, opts)
+            pipe = _variant(pipeline, opts, answer)
             return lambda on_event: pipe.ask(question, workers=workers, on_event=on_event)
         if req.model not in served:
             raise _no_model(req.model, served)
@@ -223,7 +250,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
             raise bad_request(f"workers and recursion are options of the {MODEL!r} model; "
                               f"{req.model!r} is one worker, asked directly.",
                               param="workers" if opts.workers else "recursion")
-        pipe = _variant(single, opts)
+        pipe = _variant(single, opts, answer)
         flow = Workflow.of([(names.index(req.model), SOLVE, ())])
         return lambda on_event: pipe.run_workflow(question, flow, label=f"worker:{req.model}",
                                                   on_event=on_event)
@@ -238,14 +265,28 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                            "(--max-concurrency). Retry after the Retry-After seconds.",
                            code="too_many_requests",
                            headers={"Retry-After": str(config.retry_after_s)})
-        run = _start(ask, names, traces, tid, req, opts, slots, owner, scope)
+        run = _start(ask, names, traces, tid, req, opts, slots, owner, scope, question, drain)
         if opts.return_trace_id:
             return run, {"X-Podium-Trace-Id": tid}, tid
         return run, {}, None
 
-    async def answered(run: Run, headers: dict):
-        """The finished run's result; a run without an answer is the error it names."""
-        result = await run.task
+    async def answered(run: Run, headers: dict, request: Request):
+        """The finished run's result; a run without an answer is the error it names. A client
+        that goes away first stops the run."""
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait((run.task, gone), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # uvicorn gave up on the request: so does the run
+            run.stop(SHUT_DOWN)
+            raise
+        finally:
+            gone.cancel()
+        if not run.task.done():
+            run.stop(CLIENT_GONE)
+            raise ClientDisconnect()
+        if run.task.cancelled() and run.shut_down:
+            raise shutting_down()
+        result = run.task.result()
         if result.answer is None:
             err = R.no_answer_error(result)
             err.headers.update(headers)
@@ -269,7 +310,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
             include = bool(req.stream_options and req.stream_options.include_usage)
             return streaming(_stream(run, cid, created, req.model, shown_tid, include),
                              headers)
-        result = await answered(run, headers)
+        result = await answered(run, headers, request)
         return JSONResponse(R.completion_json(cid, created, req.model, result, shown_tid),
                             headers=headers)
 
@@ -282,7 +323,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                                            request.scope)
         if req.stream:
             return streaming(_stream_response(run, req, ids, created, shown_tid), headers)
-        result = await answered(run, headers)
+        result = await answered(run, headers, request)
         return JSONResponse(RA.response_json(
             ids[0], created, req.model, req, output=[RA.message_item(ids[2], result.answer)],
             result=result, trace_id=shown_tid), headers=headers)
@@ -309,9 +350,19 @@ async def _progress(run: Run) -> AsyncIterator[str | None]:
         yield line + "\n"
 
 
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has gone away (the body is read: what the server receives now
+    is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def _finished(run: Run):
     """(result, error) of a finished run: the error is what the client is told when there is
-    no answer (the run's own ApiError, a 500 for a crash, the cause of a missing answer)."""
+    no answer (the run's own ApiError, a 500 for a crash, the cause of a missing answer, a
+    503 for a run the shutdown stopped)."""
+    if run.task.cancelled():
+        return None, shutting_down()
     try:
         result = run.task.result()
     except ApiError as exc:
@@ -367,8 +418,7 @@ async def _stream_response(run: Run, req, ids: tuple[str, str, str], created: in
             "completed", output=[reasoning, RA.message_item(mid, result.answer)],
             result=result))
     finally:
-        if not run.task.done():
-            run.task.cancel()  # the client went away: stop paying for the run
+        run.stop(CLIENT_GONE)  # when still running, the client went away: stop paying
 
 
 def _no_model(model: str, served: list[str]) -> ApiError:
@@ -415,9 +465,10 @@ def _cap(pool_cap, asked):
     return asked if pool_cap is None else min(pool_cap, asked)
 
 
-def _variant(pipeline: Pipeline, opts: Options) -> Pipeline:
-    """`pipeline` with this request's run settings: a shallow copy sharing its clients, cache,
-    Team and Conductor (only `settings` differs; the Conductor's prompt settings are kept)."""
+def _variant(pipeline: Pipeline, opts: Options, answer: Sampling | None) -> Pipeline:
+    """`pipeline` with this request's run settings and its answer step's sampling: a shallow
+    copy sharing its clients, cache, Team and Conductor (only `settings` and
+    `answer_sampling` differ; the Conductor's prompt settings are kept)."""
     s = pipeline.settings
     update: dict = {}
     if opts.recursion is not None:
@@ -428,33 +479,54 @@ def _variant(pipeline: Pipeline, opts: Options) -> Pipeline:
         update["max_tokens"] = _cap(s.max_tokens, opts.max_total_tokens)
     if opts.max_cost is not None:
         update["max_cost"] = _cap(s.max_cost, opts.max_cost)
-    if not update:
+    if not update and answer is None:
         return pipeline
     pipe = copy.copy(pipeline)
     pipe.settings = s.model_copy(update=update)
+    pipe.answer_sampling = answer
     return pipe
+
+
+def _asked(req) -> dict:
+    """What the request asked of the answer's sampling, and its `user`, for the trace."""
+    fields = ("temperature", "top_p", "seed", "stop", "max_tokens", "max_completion_tokens",
+              "max_output_tokens")
+    asked = {k: getattr(req, k) for k in fields if getattr(req, k, None) is not None}
+    user = getattr(req, "user", None)
+    return {**({"sampling": asked} if asked else {}), **({"user": user} if user else {})}
 
 
 def _start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces: TraceStore,
            tid: str, req: ChatRequest, opts: Options, slots: Slots,
-           owner: str | None, scope: dict) -> Run:
+           owner: str | None, scope: dict, question: str, drain: Drain) -> Run:
     """Start the run as a task; its slot is given back when the task ends, whatever happens
-    to the response. The run's outcome goes into the request's access log line (`scope`)."""
+    to the response. The run's outcome goes into the request's access log line (`scope`), and
+    its trace is written whether it finishes or is stopped."""
     events: asyncio.Queue = asyncio.Queue()
+    run = Run(events)
 
     def on_event(kind: str, obj) -> None:
         line = R.progress(kind, obj, names)
         if line:
             events.put_nowait(line)
 
+    def about() -> dict:
+        return {"id": tid, "created": int(time.time()), "model": req.model, "stream": req.stream,
+                "options": opts.model_dump(exclude_none=True), **_asked(req),
+                **({"owner": owner} if owner else {})}
+
     async def go():
         try:
             result = await ask(on_event if req.stream else None)
         except ConfigError as exc:  # the question itself (e.g. text that is not UTF-8)
             raise bad_request(str(exc), param="messages") from None
-        data = {"id": tid, "created": int(time.time()), "model": req.model, "stream": req.stream,
-                "options": opts.model_dump(exclude_none=True), **result.to_json(),
-                **({"owner": owner} if owner else {})}
+        except asyncio.CancelledError:
+            if run.stopped:  # what was asked, and why it has no answer
+                traces.put(tid, {**about(), "question": question, "answer": None,
+                                 "stopped": run.stopped})
+                scope[RUN_NOTE] = f"{tid}: stopped ({run.stopped})"
+            raise
+        data = {**about(), **result.to_json()}
         wait = traces.shared and opts.return_trace_id  # readable from every process once written
         written = traces.put(tid, data, wait=wait)  # written by the store's process, readable now
         if wait:
@@ -465,17 +537,19 @@ def _start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces:
         scope[RUN_NOTE] = f"{tid}: {outcome}, {result.outcome.used.calls} calls"
         return result
 
-    task = asyncio.get_running_loop().create_task(go())
+    run.task = task = asyncio.get_running_loop().create_task(go())
+    drain.runs.add(run)
 
     def done(t: asyncio.Task) -> None:
         slots.give()
+        drain.runs.discard(run)
         events.put_nowait(None)
         if not t.cancelled() and t.exception() is not None and \
                 not isinstance(t.exception(), ApiError):
             log.error("run %s failed", tid, exc_info=t.exception())
 
     task.add_done_callback(done)
-    return Run(task, events)
+    return run
 
 
 async def _stream(run: Run, cid: str, created: int, model: str, tid: str | None,
@@ -502,8 +576,7 @@ async def _stream(run: Run, cid: str, created: int, model: str, tid: str | None,
                           podium=R.podium_json(result), **ids)
         yield R.sse("[DONE]")
     finally:
-        if not run.task.done():
-            run.task.cancel()  # the client went away: stop paying for the run
+        run.stop(CLIENT_GONE)  # when still running, the client went away: stop paying
 
 
 def _without_slash(app: Any, request: Request) -> str | None:

@@ -8,8 +8,8 @@ wakes first, and that process accepts every connection waiting: a burst of keep-
 connections, as an OpenAI client's pool opens them, can all land on one process.)
 
 `supervise` runs in the parent: it starts the processes (`spawn`), each of which builds its
-app from a factory (`uvicorn.Config(factory=True)`) and serves its socket with
-`uvicorn.Server.run`; it replaces a process that dies (at most `RESTARTS_PER_MINUTE` times a
+app from a factory (an import string) and serves its socket with podium's uvicorn server
+(`podium.serve.shutdown.Server`); it replaces a process that dies (at most `RESTARTS_PER_MINUTE` times a
 minute for one socket), stops everything when a process exits with `STARTUP_FAILURE` (it could
 not build its app: a restart would fail the same way), and on SIGTERM or SIGINT sends each
 process SIGTERM, whose graceful shutdown lets the requests in flight finish, and waits.
@@ -62,10 +62,15 @@ def listeners(host: str, port: int, n: int) -> list[socket.socket]:
 
 
 def _serve(sock: socket.socket, app: str, options: dict) -> None:
-    """One server process: build the app from its factory, serve `sock` until SIGTERM."""
+    """One server process: build the app from its factory, serve `sock` until SIGTERM (with
+    the app's own graceful shutdown, `podium.serve.shutdown`)."""
     import uvicorn
+    from uvicorn.importer import import_from_string
 
-    uvicorn.Server(uvicorn.Config(app, factory=True, **options)).run(sockets=[sock])
+    from podium.serve.shutdown import Server
+
+    built = import_from_string(app)()
+    Server(uvicorn.Config(built, **options), built.state.drain).run(sockets=[sock])
 
 
 def supervise(app: str, socks: list[socket.socket], options: dict) -> int:

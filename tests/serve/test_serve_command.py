@@ -1,10 +1,15 @@
-"""`podium serve` as a user runs it: a subprocess, graceful shutdown on SIGTERM, and the
-embedded SmolLM2 team end to end through the official openai client (shapes, not text)."""
+"""`podium serve` as a user runs it: a subprocess, graceful shutdown on SIGTERM (within the
+grace and past it), the embedded SmolLM2 team end to end through the official openai client
+(shapes, not text), and a client that goes away stopping the embedded models' work."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
+import threading
+import time
+import uuid
 
 import httpx
 import openai
@@ -37,14 +42,93 @@ def test_sigterm_lets_the_request_in_flight_finish(pool_file, tmp_path):
     assert KEY not in log
 
 
+def test_sigterm_past_the_grace_answers_what_it_cuts_short(pool_file, tmp_path):
+    """A plain and a streamed request on the one-second `slow` worker, SIGTERM with a 0.2 s
+    grace: each is answered (a JSON 503, an SSE error event) and its trace is written."""
+    srv = CliServer(["--pool", str(pool_file), "--no-auth", "--trace-dir",
+                     str(tmp_path / "traces"), "--graceful-timeout", "0.2"],
+                    tmp_path / "serve.log")
+    got: dict = {}
+    body = {"model": "podium", "workers": ["slow"],
+            "messages": [{"role": "user", "content": "What is 20 + 22?"}]}
+
+    def plain() -> None:
+        got["plain"] = httpx.post(f"{srv.base}/v1/chat/completions", json=body, timeout=30,
+                                  trust_env=False)
+
+    def streamed() -> None:
+        with httpx.stream("POST", f"{srv.base}/v1/chat/completions", timeout=30,
+                          json={**body, "stream": True}, trust_env=False) as reply:
+            got["stream"] = (reply.status_code, list(reply.iter_lines()))
+
+    try:
+        srv.wait()
+        threads = [threading.Thread(target=f) for f in (plain, streamed)]
+        for t in threads:
+            t.start()
+        time.sleep(0.4)  # both runs are in flight (the worker takes 1 s)
+        srv.proc.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(30)
+        assert srv.proc.wait(30) in (0, -signal.SIGTERM)
+    finally:
+        srv.stop()
+    reply = got["plain"]
+    assert reply.status_code == 503, reply.text
+    assert reply.headers["content-type"].startswith("application/json")
+    assert reply.json()["error"]["code"] == "server_shutting_down"
+    status, lines = got["stream"]
+    events = [json.loads(x[6:]) for x in lines if x.startswith("data: {")]
+    assert status == 200 and events[-1]["error"]["code"] == "server_shutting_down", lines
+    traces = [json.loads(t.read_text()) for t in (tmp_path / "traces").glob("tr-*.json")]
+    assert len(traces) == 2 and {t["stream"] for t in traces} == {False, True}
+    for trace in traces:
+        assert trace["answer"] is None and "shut down" in trace["stopped"]
+        assert trace["question"] == "What is 20 + 22?"
+    assert "Traceback" not in srv.log.read_text()
+
+
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):
     folder = tmp_path_factory.mktemp("serve-embedded")
     srv = CliServer(["--no-auth", "--trace-dir", str(folder / "traces")], folder / "serve.log")
+    srv.traces = folder / "traces"
     try:
         yield srv.wait(180)
     finally:
         srv.stop()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, all its threads (from /proc)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_goes_away_stops_the_embedded_models(embedded, stream):
+    """The client gives up a second into a run of the embedded team (which takes several
+    CPU-seconds): the server stops generating at once, and the trace says why."""
+    question = f"What is 17 + 25? ({uuid.uuid4().hex[:8]})"  # no response-cache hit
+    body = {"model": "podium", "stream": stream,
+            "messages": [{"role": "user", "content": question}]}
+    client = httpx.Client(timeout=httpx.Timeout(30, read=1.0), trust_env=False)
+    with pytest.raises(httpx.ReadTimeout), client, \
+            client.stream("POST", f"{embedded.base}/v1/chat/completions", json=body) as reply:
+        for _ in reply.iter_raw():
+            pass
+    time.sleep(0.5)  # the server notices the closed connection
+    before = cpu_seconds(embedded.proc.pid)
+    time.sleep(1.5)
+    assert cpu_seconds(embedded.proc.pid) - before < 0.3  # generating would take ~1.5-3
+    for _ in range(50):
+        traces = [json.loads(t.read_text()) for t in embedded.traces.glob("tr-*.json")]
+        mine = [t for t in traces if t.get("question") == question]
+        if mine:
+            break
+        time.sleep(0.1)
+    assert mine and mine[0]["answer"] is None and "went away" in mine[0]["stopped"]
 
 
 def test_embedded_team_streams_and_answers(embedded):
