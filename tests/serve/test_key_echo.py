@@ -5,7 +5,8 @@ The server is a real HTTP server on localhost; each model name picks a shape: a 
 not a completion, a redirect to a URL holding the key, a 400, a 500, an event stream instead of
 JSON, and a completion whose content is the key. `podium ask --trace --debug`, `podium pool
 check` and `podium serve` (its replies, streams, log and traces) run against each, and every
-sink is searched for the key.
+sink is searched for the key; so are the files of a `podium eval` against each shape, and a
+worker served as a model of its own (`--pass-through`).
 """
 
 from __future__ import annotations
@@ -140,18 +141,44 @@ def test_a_served_team_answers_api_clients_without_the_echoed_key(shape, echo_ur
     logging.getLogger().addHandler(records)
     try:
         with ThreadServer(pool(tmp_path, echo_url, shape), tmp_path / "traces",
-                          keys=(SERVE_KEY,)) as server:
+                          keys=(SERVE_KEY,), pass_through=True) as server:
             body = {"model": "podium", "messages": [{"role": "user", "content": "2 + 3?"}]}
             plain = httpx.post(f"{server.base}/v1/chat/completions", json=body,
                                headers=auth(SERVE_KEY), timeout=30)
             streamed = httpx.post(f"{server.base}/v1/chat/completions",
                                   json={**body, "stream": True}, headers=auth(SERVE_KEY),
                                   timeout=30)
+            direct = httpx.post(f"{server.base}/v1/chat/completions",
+                                json={**body, "model": "echo"}, headers=auth(SERVE_KEY),
+                                timeout=30)
     finally:
         logging.getLogger().removeHandler(records)
     traces = "".join(p.read_text() for p in (tmp_path / "traces").glob("*.json"))
     assert plain.status_code == (200 if shape == "content" else 502), plain.text
-    assert traces and "***" in plain.text + streamed.text
+    assert direct.status_code == plain.status_code, direct.text
+    assert traces and "***" in plain.text + streamed.text and "***" in direct.text
     for where, text in {"reply": plain.text, "stream": streamed.text, "log": records.text,
-                        "traces": traces}.items():
+                        "pass-through reply": direct.text, "traces": traces}.items():
         assert KEY not in text and KEY[8:20] not in text, f"{shape}: the key is in {where}"
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_podium_eval_writes_no_echoed_key(shape, echo_url, tmp_path, monkeypatch):
+    """Every file of an eval's results folder (results, summary, traces, meta) and what it
+    prints."""
+    monkeypatch.setenv("PODIUM_ECHO_KEY", KEY)
+    data = tmp_path / "sums.jsonl"
+    data.write_text(json.dumps({"question": "What is 2 + 3?", "answer": "5"}) + "\n")
+    out = tmp_path / "eval"
+    result = CliRunner().invoke(app, [
+        "eval", "--task", f"jsonl:{data}", "--pool", str(pool(tmp_path, echo_url, shape)),
+        "--repeats", "1", "--out", str(out), "--task-option", "grader=numeric", "--no-cache",
+        "--debug"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    files = {str(p.relative_to(out)): p.read_bytes().decode("utf-8", "replace")
+             for p in out.rglob("*") if p.is_file()}
+    assert "results.jsonl" in files, (result.output, list(files))
+    for where, text in {**files, "output": result.output}.items():
+        assert KEY not in text and KEY[8:20] not in text, f"{shape}: the key is in {where}"
+    if shape in QUOTED:
+        assert "***" in files["results.jsonl"]
