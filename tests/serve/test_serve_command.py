@@ -175,3 +175,20 @@ def test_port_in_use_is_a_configuration_error(pool_file, tmp_path):
                               capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "--port" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_max_tokens_caps_the_answer_of_the_embedded_team(embedded):
+    """`max_tokens` reaches the real embedded worker that writes the answer: its completion is
+    at most that long, and the reply says "length" exactly when the cap cut it."""
+    reply = httpx.post(f"{embedded.base}/v1/chat/completions", timeout=300, trust_env=False,
+                       json={"model": "podium", "max_tokens": 3, "return_trace_id": True,
+                             "messages": [{"role": "user", "content": "What is 6 + 7?"}]})
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    trace = httpx.get(f"{embedded.base}/v1/traces/{body['podium_trace_id']}",
+                      trust_env=False).json()
+    last = trace["steps"][-1]
+    assert last["completion_tokens"] <= 3
+    assert body["choices"][0]["finish_reason"] == (
+        "length" if last["finish_reason"] == "length" else "stop")
+    assert trace["sampling"] == {"max_tokens": 3}
