@@ -19,7 +19,8 @@ tokenizer splits it, with the end token) rather than sampled token by token, whi
 gym's subtask mode is half of each group and its longest completions (docs/gym.md).
 
 Generation goes through TRL's model unwrapping, so it works wherever TRL's own transformers
-generation does; with vLLM use TRL's structured outputs instead.
+generation does. TRL's vLLM generation takes one pattern for a whole batch, not a grammar per
+row, so the training config refuses `constrained` with `use_vllm` (podium.train.config).
 """
 
 from __future__ import annotations

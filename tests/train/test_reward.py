@@ -264,3 +264,19 @@ def test_an_output_folder_under_a_file_is_refused_before_anything_runs(tmp_path)
                                           r"folder; set output.dir to a folder"):
         train_config_from_dict({"data": {"tasks": [{"name": "gsm8k"}]},
                                 "output": {"dir": str(tmp_path / "file" / "out")}})
+
+
+def test_grammar_held_rollouts_with_vllm_generation_are_refused_by_the_dry_run(tmp_path):
+    """TRL's vLLM generation cannot hold each row to its own grammar: the pair is refused
+    before anything loads, naming both ways out (never a crash at step 1)."""
+    from typer.testing import CliRunner
+
+    from podium.cli.main import app
+
+    result = CliRunner().invoke(app, [
+        "train", "--config", "configs/train/gym-cpu.toml", "--dry-run",
+        "--set", "grpo.use_vllm=true", "--set", f"output.dir={tmp_path / 'out'}"])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "grpo.use_vllm = false" in said and "grpo.constrained = false" in said, said
+    assert not (tmp_path / "out").exists()
