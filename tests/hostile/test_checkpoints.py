@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile.test_inputs import assert_clean_error, podium
+from tests.hostile.test_inputs import POOL, assert_clean_error, podium
 
 pytest.importorskip("gguf")
 
@@ -84,18 +84,6 @@ def test_export_of_something_that_is_not_a_whole_checkpoint(tmp_path, case, word
 def test_export_to_a_name_that_is_not_a_gguf_file(tmp_path):
     proc = podium("export", str(checkpoint(tmp_path / "ckpt")), "--gguf", str(tmp_path))
     assert_clean_error(proc, 2, "name the .gguf file to write")
-
-
-POOL = """
-[conductor]
-backend = "function"
-function = "podium.testing.workers:one_step"
-
-[[workers]]
-name = "adder"
-backend = "function"
-function = "podium.testing.workers:adder"
-"""
 
 
 @pytest.fixture
