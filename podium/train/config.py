@@ -257,13 +257,6 @@ class TrainConfig(_Section):
             raise ValueError(f"grpo.subtask_weight weighs the subtasks of live steps, which only "
                              f"credit = 'live' keeps apart (credit is {self.grpo.credit!r}): set "
                              "grpo.credit = 'live' or leave subtask_weight at 1")
-        if self.grpo.constrained and self.grpo.use_vllm:
-            raise ValueError("grpo.constrained = true holds each rollout to its own row's "
-                             "grammar, which podium applies in transformers generation; TRL's "
-                             "vLLM generation takes one pattern for a whole batch, so the two "
-                             "cannot be combined yet: set grpo.use_vllm = false to train "
-                             "under the grammar, or grpo.constrained = false to generate with "
-                             "vLLM (the paper's setup)")
         if self.grpo.explore and not self.grpo.constrained:
             raise ValueError("grpo.explore draws plans through the Conductor's grammar: set "
                              "grpo.constrained = true too")

@@ -30,7 +30,7 @@ from typing import Any
 from podium.conductor import revise_messages
 from podium.config import RunSettings
 from podium.train.config import RecursionSection
-from podium.train.constrained import generate
+from podium.train.constrained import GrammarSpec, generate
 from podium.train.layout import pieces_of
 
 
@@ -93,8 +93,8 @@ class RecursionRollout:
                   revise: bool) -> tuple[list, Any]:
         if self.grammars is None:
             return generate(trainer, ids, None)
-        compiled = [self.grammars.compiled(tuple(w), revise) for w in workers]
-        return generate(trainer, ids, compiled, self.grammars.processor)
+        return self.grammars.generate(trainer, ids,
+                                      [GrammarSpec(tuple(w), revise) for w in workers])
 
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

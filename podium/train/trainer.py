@@ -174,6 +174,7 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
         plan.lines.append(f"launch      {note}")
     if not make_trainer:
         return plan
+    needs_vllm(config)
     from datasets import Dataset
 
     from podium.train.grpo import grpo_trainer_class
@@ -247,6 +248,19 @@ def _placeholder(pool: Pool, settings: RunSettings) -> dict[str, Any]:
             "question": question, "task": "", "item": "", "workers": []}
 
 
+def needs_vllm(config: TrainConfig) -> None:
+    """Refuse `use_vllm` where vLLM is not installed, before the policy loads (TRL would raise
+    a bare ImportError while building its trainer)."""
+    import importlib.util
+
+    if config.grpo.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ConfigError("grpo.use_vllm = true generates the rollouts with vLLM, which is not "
+                          "installed in this environment: pip install 'podium[gpu]' on a GPU "
+                          "machine (vLLM and DeepSpeed at versions that agree with the train "
+                          "pins), or `make vllm-venv` for vLLM's CPU build; or set "
+                          "grpo.use_vllm = false")
+
+
 def describe(plan: Plan) -> list[str]:
     c, g = plan.config, plan.config.grpo
     completions = g.questions_per_step * g.generations
@@ -280,7 +294,11 @@ def describe(plan: Plan) -> list[str]:
         f"beta {g.beta}, clip {g.epsilon}, loss {g.loss_type}, T {g.temperature}, "
         f"completions <= {g.max_completion_tokens} tokens",
         f"generation  {'vLLM ' + g.vllm_mode if g.use_vllm else 'transformers'}"
-        + (", under the Conductor's grammar" if g.constrained else "")
+        + ((", each rollout under its own row's grammar (one SamplingParams per prompt)"
+            if g.vllm_mode == "colocate" else
+            ", each rollout under its own row's grammar (one request per distinct grammar)")
+           if g.constrained and g.use_vllm else
+           ", under the Conductor's grammar" if g.constrained else "")
         + (", dead steps left out of the loss" if g.credit == "live" else "")
         + (", dead steps and subtasks left out of the loss" if g.credit == "plan" else "")
         + (f", {explored_count(g.explore, g.generations)} of {g.generations} rollouts a group on "
