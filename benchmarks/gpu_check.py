@@ -139,10 +139,10 @@ def zero3(config: str) -> None:
 def report(work: str) -> None:
     root = Path(work)
     out: dict[str, object] = {"when": time.strftime("%Y-%m-%d %H:%M:%S")}
-    for run in ("out", "recursion"):
+    for run in ("out", "recursion", "out-vllm"):
         path = root / run / "metrics.jsonl"
         if not path.is_file():
-            out[run] = "no metrics.jsonl"
+            out[run] = "no metrics.jsonl" if run != "out-vllm" else "not run (no vLLM)"
             continue
         lines = [json.loads(x) for x in path.read_text().splitlines()]
         steps = [x for x in lines if "reward" in x]

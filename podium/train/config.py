@@ -211,9 +211,9 @@ class GRPOSection(_Section):
     vllm_gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="GPU memory "
                                                "share vLLM may take in colocate mode.")
     importance_sampling_correction: bool = Field(
-        False, description="With vLLM: TRL's truncated importance-sampling correction for the "
-        "gap between vLLM's and the trainer's log-probabilities (on by default in TRL 1.16; "
-        "the paper's TRL had none, so off here).")
+        False, description="With vLLM: TRL's importance-sampling correction for the gap "
+        "between vLLM's and the trainer's log-probabilities (on by default in TRL 1.16; the "
+        "paper's TRL had none, so off here; refused with constrained rollouts).")
 
 
 class OutputSection(_Section):
@@ -257,6 +257,13 @@ class TrainConfig(_Section):
             raise ValueError(f"grpo.subtask_weight weighs the subtasks of live steps, which only "
                              f"credit = 'live' keeps apart (credit is {self.grpo.credit!r}): set "
                              "grpo.credit = 'live' or leave subtask_weight at 1")
+        if self.grpo.constrained and self.grpo.use_vllm and self.grpo.importance_sampling_correction:
+            raise ValueError("grpo.importance_sampling_correction weighs each rollout by the "
+                             "trainer's over vLLM's log-probabilities, and under the grammar "
+                             "vLLM reports those of the masked distribution: a 2-step gym run "
+                             "measured sequence ratios near 1e-9, which leaves every rollout "
+                             "out of the loss. Set grpo.importance_sampling_correction = false "
+                             "(the default, as in the paper) or grpo.constrained = false")
         if self.grpo.explore and not self.grpo.constrained:
             raise ValueError("grpo.explore draws plans through the Conductor's grammar: set "
                              "grpo.constrained = true too")

@@ -14,9 +14,10 @@ hands vLLM each rollout's GBNF grammar:
   is one request), and broadcasts each process its slice, as TRL's own server path does.
 
 Both return the sampled tokens' log-probabilities (`logprobs = 0`: the sampled token's only),
-so TRL's importance-sampling correction (`[grpo] importance_sampling_correction`) has what it
-needs. They are vLLM's processed log-probabilities: after temperature and the grammar's mask,
-that is, of the distribution the rollout was sampled from.
+as TRL's rollout interface asks. They are vLLM's processed log-probabilities: after temperature
+and the grammar's mask, of the distribution the rollout was sampled from rather than of the
+policy, which is why the training config refuses TRL's importance-sampling correction with
+grammar-held rollouts (docs/training.md has the measured ratios).
 """
 
 from __future__ import annotations

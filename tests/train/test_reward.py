@@ -281,6 +281,18 @@ def test_grammar_held_rollouts_with_vllm_generation_say_how_each_row_keeps_its_g
     assert f"vLLM {mode}, each rollout under its own row's grammar ({how}" in said, said
 
 
+def test_the_importance_sampling_correction_is_refused_for_grammar_held_vllm_rollouts():
+    """Under the grammar vLLM reports the masked distribution's log-probabilities, and TRL's
+    correction then leaves every rollout out of the loss: the config says so and how out."""
+    with pytest.raises(ConfigError, match=r"masked distribution.*importance_sampling_correction "
+                                          r"= false.*constrained = false"):
+        load_train_config("configs/train/gym-cpu.toml", [
+            "grpo.use_vllm=true", "grpo.importance_sampling_correction=true"])
+    load_train_config("configs/train/gym-cpu.toml", [  # unconstrained: TRL's correction holds
+        "grpo.use_vllm=true", "grpo.importance_sampling_correction=true",
+        "grpo.constrained=false", "grpo.explore=0", "grpo.credit=all"])
+
+
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
 def test_vllm_generation_without_vllm_is_refused_naming_the_install_line(tmp_path):
     """Without vLLM in the environment, `use_vllm` is refused before the policy loads, naming
