@@ -14,9 +14,8 @@ import time
 from dataclasses import dataclass, field
 
 from podium.config import Price, RunSettings
-from podium.errors import WorkerError, WorkflowParseError
+from podium.errors import INTERNAL, WorkerError, WorkflowParseError
 from podium.llm.base import ChatClient, Message
-from podium.outcome import INTERNAL
 from podium.subpool import PoolView
 from podium.workflow.grammar import OPENING, fixed_workflow, workflow_grammar
 from podium.workflow.parse import parse_workflow

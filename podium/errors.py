@@ -26,8 +26,10 @@ PARSE_REASONS: tuple[str, ...] = (
 )
 
 WorkerErrorKind = Literal[
-    "auth", "rate_limit", "context_length", "server", "transport", "bad_request", "empty", "other"
+    "auth", "rate_limit", "context_length", "server", "transport", "bad_request", "empty", "other",
+    "internal",
 ]
+INTERNAL: WorkerErrorKind = "internal"  # a backend raised something other than WorkerError
 
 
 class PodiumError(Exception):

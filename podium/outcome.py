@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from podium.errors import INTERNAL
 from podium.scoring.base import Grade
 
 if TYPE_CHECKING:  # records only: the pipeline builds them
@@ -56,7 +57,6 @@ FailureClass = Literal["model", "worker", "infra"]
 FAILURE_CLASSES: tuple[str, ...] = ("model", "worker", "infra")
 # Call failures that the workflow itself caused: asking again the same way will not help.
 MODEL_CALL_KINDS = frozenset({"empty", "context_length"})
-INTERNAL = "internal"  # a backend raised something other than WorkerError
 
 Decision = Literal["planned", "fixed", "fallback", "format_error", "failed", "kept", "revised"]
 RecursionFormatError = Literal["zero", "keep"]

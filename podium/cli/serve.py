@@ -80,12 +80,12 @@ def _check_trace_dir(folder: str) -> None:
 
 
 def _need_extra() -> None:
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as exc:
-        raise ConfigError(f"podium serve needs the serve extra ({exc.name} is missing). "
-                          "Install it: pip install 'podium[serve]'.") from None
+    import importlib.util
+
+    for name in ("fastapi", "uvicorn"):
+        if importlib.util.find_spec(name) is None:
+            raise ConfigError(f"podium serve needs the serve extra ({name} is missing). "
+                              "Install it: pip install 'podium[serve]'.")
 
 
 def _log_handler() -> None:

@@ -11,10 +11,10 @@ INSTALL = ("Training needs the `train` extra: pip install 'podium[train]' (torch
 
 
 def require_train() -> None:
-    try:
-        import trl  # noqa: F401
-    except ImportError:
-        raise ConfigError(INSTALL) from None
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is None:
+        raise ConfigError(INSTALL)
 
 
 def run_train(config: str, overrides: list[str], dry_run: bool, resume: bool) -> int:

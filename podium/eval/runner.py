@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from podium.baselines import System
+from podium.errors import INTERNAL
 from podium.files import private_dir, write_private
-from podium.outcome import INTERNAL, Failure, grade_outcome
+from podium.outcome import Failure, grade_outcome
 from podium.pipeline import RunResult
 from podium.tasks.base import Item, Task
 from podium.workflow.types import access_json

@@ -28,16 +28,14 @@ _SPECS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "livecodebench": ("livecodebench", "LiveCodeBenchTask", {}),
     "gpqa": ("gpqa", "GPQATask", {}),
     "rlpr": ("rlpr", "RLPRTask", {}),
-    # the gym lives with training (podium/train/gym, no torch there) but is a task like any
-    "gym": ("podium.train.gym.task", "GymTask", {}),
+    "gym": ("gym.task", "GymTask", {}),
 }
 
 FILE_PREFIXES = ("jsonl:", "json:", "csv:")
 
 
 def _task_class(module: str, cls: str) -> type:
-    path = module if "." in module else f"podium.tasks.{module}"
-    return getattr(importlib.import_module(path), cls)
+    return getattr(importlib.import_module(f"podium.tasks.{module}"), cls)
 
 
 def _build(name: str, cls: type, options: dict[str, Any]) -> Task:

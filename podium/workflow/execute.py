@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from podium.config import Price
-from podium.errors import WorkerError
+from podium.errors import INTERNAL, WorkerError
 from podium.llm.base import ChatClient, Message, Sampling, sampling_kw
 from podium.workflow.render import MessageOptions, PriorStep, worker_messages
 from podium.workflow.types import Access, Workflow, access_json
@@ -235,7 +235,7 @@ async def execute_workflow(
             rec.status, rec.error_kind, rec.error = "error", exc.kind, str(exc)
             rec.retries = list(exc.retries)
         except Exception as exc:  # a broken client must not take the run down
-            rec.status, rec.error_kind = "error", "internal"
+            rec.status, rec.error_kind = "error", INTERNAL
             rec.error = f"{type(exc).__name__}: {exc}"
         else:
             rec.status, rec.response = "ok", resp.text

@@ -1,10 +1,10 @@
 """The gym: an environment where the optimal Conductor is known, to prove that training learns.
 
-Task families with exact checkers (`families`), deterministic specialist workers, each exact on
-its own family and plausibly wrong elsewhere (`specialists`), chained questions that need two
-specialists in order with the second seeing the first ("all"), and a subtask mode in which
-specialists read only the subtask the Conductor wrote. Registered as the task "gym" (`task`),
-so `podium eval` and `podium report` run on it like on any benchmark. `pool_toml` writes the
+Task families with exact checkers and the task "gym" over them (`podium.tasks.gym`, so `podium
+eval` and `podium report` run on it like on any benchmark), deterministic specialist workers,
+each exact on its own family and plausibly wrong elsewhere (`specialists`), chained questions
+that need two specialists in order with the second seeing the first ("all"), and a subtask mode
+in which specialists read only the subtask the Conductor wrote. `pool_toml` writes the
 pool file, its worker order (the id assignment) shuffled by a seed. No torch here.
 
     python -m podium.train.gym pool [--seed 3] [--mode question|subtask] > gym.toml
@@ -15,9 +15,8 @@ from __future__ import annotations
 import json
 import random
 
-from podium.train.gym.families import CHAINED, FAMILIES, SINGLE, Problem, generate
+from podium.tasks.gym import CHAINED, FAMILIES, SINGLE, GymTask, Problem, generate
 from podium.train.gym.specialists import SPECIALISTS
-from podium.train.gym.task import GymTask
 
 MODES = ("question", "subtask")
 

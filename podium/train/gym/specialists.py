@@ -24,7 +24,7 @@ import hashlib
 import re
 from collections.abc import Callable
 
-from podium.train.gym.families import OPS, UNITS, WORDS, number
+from podium.tasks.gym.families import OPS, UNITS, WORDS, number
 
 SPECIALISTS = ("calculator", "reverser", "counter", "calendar", "converter")
 

@@ -17,7 +17,7 @@ from podium.errors import ConfigError
 from podium.scoring.base import Grade, extract_answer
 from podium.tasks.base import Item
 from podium.tasks.common import sample
-from podium.train.gym.families import CHAINED, FAMILIES, Problem, generate
+from podium.tasks.gym.families import CHAINED, FAMILIES, Problem, generate
 
 SPLIT_SEEDS = {"train": 0, "test": 1_000_000}
 RULES = "Give the final answer inside <answer></answer>."
