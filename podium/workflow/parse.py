@@ -231,7 +231,7 @@ def parse_workflow(
     *,
     num_workers: int,
     max_steps: int | None = 5,
-    access_mode: Literal["indices", "binary"] = "indices",
+    access_mode: Literal["indices", "binary"] = "binary",
     allowed_workers: Collection[int] | None = None,
     require_cover: bool = False,
 ) -> Workflow:

@@ -272,7 +272,7 @@ CASES = [
 
 @pytest.mark.parametrize(("text", "expected", "kwargs"), CASES)
 def test_parse_table(text: str, expected: Any, kwargs: dict[str, Any]) -> None:
-    kwargs = {"num_workers": 7, **kwargs}
+    kwargs = {"num_workers": 7, "access_mode": "indices", **kwargs}
     if isinstance(expected, str):
         with pytest.raises(WorkflowParseError) as info:
             parse_workflow(text, **kwargs)
@@ -427,7 +427,8 @@ def workflows(draw: st.DrawFn) -> tuple[Workflow, int]:
 @given(workflows())
 def test_round_trip(pair: tuple[Workflow, int]) -> None:
     wf, num_workers = pair
-    assert parse_workflow(wf.to_text(), num_workers=num_workers, max_steps=None) == wf
+    assert parse_workflow(wf.to_text(), num_workers=num_workers, max_steps=None,
+                          access_mode="indices") == wf
 
 
 # --- the cover rule for positional access (PAPER.md §4.3) ---------------------------------
@@ -453,14 +454,24 @@ COVER_CASES = [
 def test_cover_rule(access: list[Any], unseen: str | None) -> None:
     n = len(access)
     text = lists(str(list(range(n))), str(["s"] * n), json.dumps(access))
-    assert len(parse_workflow(text, num_workers=7)) == n  # off by default
+    assert len(parse_workflow(text, num_workers=7, access_mode="indices")) == n  # off by default
     if unseen is None:
-        assert len(parse_workflow(text, num_workers=7, require_cover=True)) == n
+        assert len(parse_workflow(text, num_workers=7, access_mode="indices",
+                                  require_cover=True)) == n
         return
     with pytest.raises(WorkflowParseError) as info:
-        parse_workflow(text, num_workers=7, require_cover=True)
+        parse_workflow(text, num_workers=7, access_mode="indices", require_cover=True)
     assert info.value.reason == "bad_access"
     assert unseen in info.value.detail
+
+
+def test_the_public_parser_defaults_to_the_runs_binary_access() -> None:
+    """`podium.parse_workflow` agrees with a run's default (`run.access_mode = "binary"`, the
+    paper's main model): step lists are refused unless indices are asked for."""
+    text = lists("[0, 1]", '["a", "b"]', "[[], [0]]")
+    with pytest.raises(WorkflowParseError, match="bad_access"):
+        parse_workflow(text, num_workers=7)
+    assert len(parse_workflow(text, num_workers=7, access_mode="indices")) == 2
 
 
 def test_cover_rule_is_for_indices_mode_only() -> None:
@@ -477,10 +488,10 @@ def test_cover_rule_round_trip(pair: tuple[Workflow, int]) -> None:
     covered = set(range(len(wf) - 1)) <= seen
     text = wf.to_text()
     if covered:
-        assert (
-            parse_workflow(text, num_workers=num_workers, max_steps=None, require_cover=True) == wf
-        )
+        assert parse_workflow(text, num_workers=num_workers, max_steps=None,
+                              access_mode="indices", require_cover=True) == wf
     else:
         with pytest.raises(WorkflowParseError) as info:
-            parse_workflow(text, num_workers=num_workers, max_steps=None, require_cover=True)
+            parse_workflow(text, num_workers=num_workers, max_steps=None,
+                           access_mode="indices", require_cover=True)
         assert info.value.reason == "bad_access"

@@ -29,5 +29,5 @@ def test_dependencies_follow_access():
 
 def test_text_form_round_trips_through_the_parser():
     wf = Workflow.of([(2, 'Say "hi" [twice]', ()), (0, "Check it.", "all"), (1, "Sum.", (0, 1))])
-    assert parse_workflow(wf.to_text(), num_workers=3) == wf
+    assert parse_workflow(wf.to_text(), num_workers=3, access_mode="indices") == wf
     assert wf.to_json()[2] == {"worker": 1, "subtask": "Sum.", "access": [0, 1]}
