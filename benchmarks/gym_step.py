@@ -3,7 +3,7 @@
 In the gym's subtask mode with `[grpo] explore_subtasks = "question"`, a drawn plan's grammar
 admits one text (its ids, access values and the question as every subtask), so
 `ConstrainedRollout` writes that completion instead of sampling it token by token; and the loss
-leaves out the completions with no advantage (`podium.train.idle`: wrong drawn plans, groups
+leaves out the completions with no advantage (`podium.train.zero_advantage`: wrong drawn plans, groups
 without spread), whose gradient is zero. This script trains the same steps from the same seed
 once for each mode:
 
@@ -43,13 +43,13 @@ MODES = ("sampled", "written", "podium")
 def run(mode: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     from transformers import TrainerCallback
 
-    from podium.train import idle
+    from podium.train import zero_advantage
     from podium.train.constrained import ConstrainedRollout
     from podium.train.trainer import build
 
     ns = argparse.Namespace(families=list(DEFAULT_FAMILIES), specialists=None, mode="subtask",
                             set=[*S5, *(args.set or []), f"grpo.max_steps={args.steps}"])
-    written, active_rows = ConstrainedRollout.written, idle.active_rows
+    written, active_rows = ConstrainedRollout.written, zero_advantage.active_rows
     if mode == "sampled":  # every rollout sampled under its grammar, as before
         ConstrainedRollout.written = lambda self, *a: None  # type: ignore[method-assign]
     rows = {"all": 0, "run": 0}
@@ -61,7 +61,7 @@ def run(mode: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         rows["run"] += n if cut is None else 1 if cut[0] is None else len(cut[0]["advantages"])
         return cut
 
-    idle.active_rows = counted  # the sampled and written modes: TRL's loss over every row
+    zero_advantage.active_rows = counted  # the sampled and written modes: TRL's loss over every row
     try:
         plan = build(config(folder, args.seed, ns))
         rollout, times = plan.trainer.rollout_func, {"rollout": [], "step": []}
@@ -88,7 +88,7 @@ def run(mode: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             plan.close()
     finally:
         ConstrainedRollout.written = written  # type: ignore[method-assign]
-        idle.active_rows = active_rows
+        zero_advantage.active_rows = active_rows
     lengths = [json.loads(x).get("completions/mean_length") for x in
                (folder / "out" / "metrics.jsonl").read_text().splitlines() if '"reward"' in x]
     rollouts = times["rollout"][1:] or times["rollout"]  # one call a step (no accumulation)

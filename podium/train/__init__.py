@@ -5,7 +5,7 @@
 `config` (the TOML file), `data` (rows: task mix, sub-pools, the exact inference prompt),
 `reward` (each rollout run by the pipeline and graded by the task: the outcome becomes the
 reward), `model` (the policy, the bundled GGUF converted once), `trainer` (TRL's GRPOTrainer,
-the plan, checkpoints and resume), `idle` (the loss without the completions that have no
+the plan, checkpoints and resume), `zero_advantage` (the loss without the completions that have no
 advantage). Importing this package does not import torch.
 """
 

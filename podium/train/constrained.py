@@ -35,10 +35,12 @@ from typing import Any, NamedTuple
 from podium.conductor import fixed_completion, grammar_for
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
+from podium.train import rollout_info
 from podium.train.credit import live_mask
 from podium.train.data import view_of
 from podium.train.explore import Skeleton, draw_skeletons, explored_indices, question_subtask
 from podium.train.layout import pieces_of
+from podium.train.rollout_info import RolloutInfo
 
 
 class GrammarSpec(NamedTuple):
@@ -196,7 +198,7 @@ class ConstrainedRollout:
                 logprobs = sampled_logprobs
         out = {"prompt_ids": ids, "completion_ids": completions, "logprobs": logprobs}
         if self.explore:  # forwarded to the reward, which logs the two kinds apart
-            out["podium_explored"] = [sk is not None for sk in skeletons]
+            out[rollout_info.KEY] = [RolloutInfo(explored=sk is not None) for sk in skeletons]
         if self.credit != "all":  # TRL leaves tokens with env_mask 0 out of the loss
             out["env_mask"] = [live_mask(self.tokenizer, c, self.subtask_weight)
                                for c in completions]

@@ -4,7 +4,7 @@ A TRL upgrade must check each of these against the new `trl/trainer/grpo_trainer
 (podium pins `trl==1.16.0`):
 
 * `_compute_loss(model, inputs)`: the completions with no advantage are left out of the
-  forward and backward passes (`podium.train.idle`), with the same row count on every process.
+  forward and backward passes (`podium.train.zero_advantage`), with the same row count on every process.
 * `_calculate_rewards(inputs, prompts, completions, completion_ids_list)`: after TRL's own,
   the reward's step log (`podium.train.metrics`) is gathered from every process on the main
   thread and published: metrics counted over the whole step, transcripts written once.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from podium.train.idle import active_rows, cuttable, take_rows
+from podium.train.zero_advantage import active_rows, cuttable, take_rows
 
 
 def grpo_trainer_class() -> type:

@@ -29,9 +29,11 @@ from typing import Any
 
 from podium.conductor import revise_messages
 from podium.config import RunSettings
+from podium.train import rollout_info
 from podium.train.config import RecursionSection
 from podium.train.constrained import GrammarSpec, generate
 from podium.train.layout import pieces_of
+from podium.train.rollout_info import RolloutInfo
 
 
 def layout(pieces: list[tuple[int, int]], fraction: float
@@ -137,8 +139,8 @@ class RecursionRollout:
             "prompt_ids": prompt_ids,
             "completion_ids": [completion[i] for i in range(n)],
             "logprobs": [logprob[i] for i in range(n)] if logprob is not None else None,
-            "podium_round": [1 if i in second else 0 for i in range(n)],
-            "podium_prior": [prior.get(second.get(i, i)) for i in range(n)],
-            "podium_round_messages": [messages1.get(i) for i in range(n)],
-            "podium_pair": [second.get(i, -1) for i in range(n)],
+            rollout_info.KEY: [RolloutInfo(round=1 if i in second else 0,
+                                           prior=prior.get(second.get(i, i)),
+                                           round_messages=messages1.get(i),
+                                           pair=second.get(i, -1)) for i in range(n)],
         }

@@ -49,6 +49,7 @@ from podium.train.data import TrainingData
 from podium.train.metrics import RolloutRecord, StepLog, pick_transcripts
 from podium.train.metrics import publish as publish_step
 from podium.train.recursion import blend, per_round
+from podium.train.rollout_info import RolloutInfo
 
 SCHEMES: dict[str, tuple[float, float, float]] = {  # (format error, wrong, right)
     "paper": (0.0, 0.5, 1.0),
@@ -131,38 +132,40 @@ class ConductorReward:
     async def __call__(self, prompts: list, completions: list, completion_ids: list,
                        messages: list, question: list, task: list, item: list, workers: list,
                        trainer_state: Any = None, log_metric: Callable | None = None,
-                       podium_round: list | None = None, podium_prior: list | None = None,
-                       podium_round_messages: list | None = None,
-                       podium_pair: list | None = None, podium_explored: list | None = None,
+                       podium_rollout: list[RolloutInfo] | None = None,
                        **_: Any) -> list[float | None]:
+        """TRL's call: the batch's completions with the dataset's columns (`messages` ...
+        `workers`, one per completion), TRL's state and metric logger, and what podium's
+        rollout function says of each completion (`podium.train.rollout_info`)."""
         # the update these rollouts feed: metrics.jsonl logs it under the same number
         step = getattr(trainer_state, "global_step", 0) + 1
         n = len(completions)
-        rounds = podium_round or [0] * n
+        infos = podium_rollout or [RolloutInfo()] * n
+        rounds = [info.round for info in infos]
         rows = [{"messages": m, "question": q, "task": t, "item": it, "workers": w,
-                 "round": r, "prior": p, "round_messages": rm}
-                for m, q, t, it, w, r, p, rm in zip(
-                    messages, question, task, item, workers, rounds, podium_prior or [None] * n,
-                    podium_round_messages or [None] * n, strict=True)]
+                 "round": info.round, "prior": info.prior, "round_messages": info.round_messages}
+                for m, q, t, it, w, info in zip(
+                    messages, question, task, item, workers, infos, strict=True)]
         done = await asyncio.gather(*(
             self._one(self.rank * n + i, step, completions[i], completion_ids[i], rows[i]) for i in range(n)))
         self.calls += 1
         outcomes = [o for _, o in done]
         rewards = [reward_of(o, self.spec, r) for o, r in zip(outcomes, rounds, strict=True)]
-        if podium_pair and self.recursion is not None:
-            second = {j: i for j, i in enumerate(podium_pair) if i >= 0}
+        recursion = self.recursion is not None and podium_rollout is not None
+        if recursion:
+            second = {j: info.pair for j, info in enumerate(infos) if info.pair >= 0}
             rewards = blend(rewards, second, self.recursion.discount)
             if self.recursion.normalisation == "per_round":
                 rewards = per_round(rewards, rounds, self.group)
-        explored = podium_explored or [False] * n
+        exploring = any(info.explored is not None for info in infos)
+        explored = [bool(info.explored) for info in infos]
         if self.explore_wrong == "drop":  # unscorable: no baseline, no gradient
             rewards = [None if e and not o.correct else r
                        for r, o, e in zip(rewards, outcomes, explored, strict=True)]
         log = StepLog(step, [RolloutRecord.of(o, run, explored=e, round_=r)
                              for (run, o), e, r in zip(done, explored, rounds, strict=True)],
                       self._candidates(step, messages, completions, done, rewards, explored),
-                      explored=bool(podium_explored),
-                      recursion=bool(podium_pair) and self.recursion is not None)
+                      explored=exploring, recursion=recursion)
         if self.deferred:  # the trainer gathers it from every process (PodiumGRPOTrainer)
             self.pending = log
         else:

@@ -2,7 +2,7 @@
 
 One function reads top to bottom (`build`): the pool and run settings, the training rows, the
 policy, the reward (the pipeline's own run of each rollout), TRL's `GRPOConfig` from the
-config's `[grpo]` section, and the `GRPOTrainer` (`podium.train.idle`'s, which skips the
+config's `[grpo]` section, and the `GRPOTrainer` (`podium.train.zero_advantage`'s, which skips the
 completions with no advantage in the loss). `train` runs it; `--resume` continues from the
 last checkpoint in the output folder with the same data order (the rows are a seeded shuffle
 and TRL's sampler is not reshuffled).

@@ -24,6 +24,7 @@ from podium.train.config import (
 )
 from podium.train.data import build_data, view_of
 from podium.train.reward import ConductorReward, reward_of
+from podium.train.rollout_info import RolloutInfo
 
 POOL = pool_from_dict({  # the Conductor is never called: the policy writes the completions
     "conductor": {"backend": "function", "function": "podium.testing.workers:zero"},
@@ -154,6 +155,11 @@ def test_the_extra_call_penalty_prefers_the_shortest_right_plan(tmp_path):
     assert reward_for(tmp_path, plans, [])[0] == [1.0, 1.0, 0.5, 0.5]  # off by default
 
 
+def explored(*flags: bool) -> list[RolloutInfo]:
+    """What the constrained rollout says of each completion with exploration on."""
+    return [RolloutInfo(explored=f) for f in flags]
+
+
 def test_wrong_explored_rollouts_are_unscorable_or_kept(tmp_path):
     """`grpo.explore_wrong = "drop"`: a drawn plan teaches only by succeeding; the policy's
     own rollouts are scored as ever. The metrics count the policy's rollouts and the explored
@@ -162,13 +168,13 @@ def test_wrong_explored_rollouts_are_unscorable_or_kept(tmp_path):
                     'model_id = [0]\nsubtasks = ["Zero"]\naccess_list = [[]]')
     logged = {}
     rewards, _ = reward_for(tmp_path, [right, wrong, right, wrong], [], explore_wrong="drop",
-                            podium_explored=[False, False, True, True],
+                            podium_rollout=explored(False, False, True, True),
                             log_metric=logged.__setitem__)
     assert rewards == [1.0, 0.5, 1.0, None]
     assert logged["podium/correct"] == 0.5 and logged["podium/explored"] == 0.5
     assert logged["podium/explored_correct"] == 0.5
     kept, _ = reward_for(tmp_path, [right, wrong, right, wrong], [], explore_wrong="keep",
-                         podium_explored=[False, False, True, True])
+                         podium_rollout=explored(False, False, True, True))
     assert kept == [1.0, 0.5, 1.0, 0.5]
 
 
@@ -180,7 +186,7 @@ def test_transcripts_show_each_reward_value_of_own_and_explored_rollouts(tmp_pat
     path = tmp_path / "transcripts.jsonl"
     rewards, _ = reward_for(tmp_path, [right, wrong, wrong, wrong, wrong, right], [],
                             explore_wrong="drop", transcripts=path, per_step=3,
-                            podium_explored=[True, True, True, False, False, True])
+                            podium_rollout=explored(True, True, True, False, False, True))
     assert rewards == [1.0, None, None, 0.5, 0.5, 1.0]
     saved = [json.loads(x) for x in path.read_text().splitlines()]
     assert [(t["reward"], t.get("explored", False)) for t in saved] == [

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from podium.train.idle import active_rows, take_rows  # noqa: E402
+from podium.train.zero_advantage import active_rows, take_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
