@@ -4,7 +4,8 @@ A TRL upgrade must check each of these against the new `trl/trainer/grpo_trainer
 (podium pins `trl==1.16.0`):
 
 * `_compute_loss(model, inputs)`: the completions with no advantage are left out of the
-  forward and backward passes (`podium.train.zero_advantage`), with the same row count on every process.
+  forward and backward passes (`podium.train.zero_advantage`), with the same row count on
+  every process.
 * `_calculate_rewards(inputs, prompts, completions, completion_ids_list)`: after TRL's own,
   the reward's step log (`podium.train.metrics`) is gathered from every process on the main
   thread and published: metrics counted over the whole step, transcripts written once.
@@ -15,7 +16,9 @@ A TRL upgrade must check each of these against the new `trl/trainer/grpo_trainer
 podium also relies on, without overriding: `rollout_func` (experimental; the grammar-held and
 recursion rollouts), `_generate_single_turn` (plain generation inside the recursion rollout),
 `generation_config`, `eos_token_ids`, `async_loop` (async reward functions), `_metrics` and
-`_log_metric` (metrics), and `unwrap_model_for_generation` (`podium.train.constrained`).
+`_log_metric` (metrics), `unwrap_model_for_generation` (`podium.train.constrained`), and, with
+vLLM, `vllm_generation` (its `llm`, `vllm_client`, `mode`, sampling fields and sleep state) and
+`trl.generation.vllm_generation.extract_logprobs` (`podium.train.vllm_rollout`).
 """
 
 from __future__ import annotations
