@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -12,6 +11,7 @@ import time
 import urllib.request
 
 import pytest
+from support import free_port
 
 from podium.llm.embedded import bundled_gguf
 
@@ -19,12 +19,6 @@ from podium.llm.embedded import bundled_gguf
 def pytest_configure(config):
     """Keep the response cache of every test (and of subprocesses) out of the user's home."""
     os.environ["PODIUM_CACHE_DIR"] = tempfile.mkdtemp(prefix="podium-test-cache-")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

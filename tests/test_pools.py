@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import podium
 
 from podium.config import RunSettings, load_pool, pool_from_dict
 from podium.errors import ConfigError
@@ -150,11 +148,6 @@ def test_budget_stops_a_workflow_before_it_spends_more():
     assert "max_calls = 2" in steps[1].error and capped.stopped and capped.answer is None
     assert n_capped == 2 and capped.outcome.used.calls == 2  # the Conductor + one worker
     assert free.outcome.used.calls == 4 and free.stopped is None
-
-
-def podium(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "podium.cli.main", *args], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "COLUMNS": "160", **env})
 
 
 def test_secrets_never_leave_their_endpoint(tmp_path):

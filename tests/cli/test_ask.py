@@ -3,20 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-PODIUM = [sys.executable, "-m", "podium.cli.main"]
-
-
-def podium(*args: str, env: dict | None = None, timeout: int = 300):
-    return subprocess.run([*PODIUM, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "COLUMNS": "120", **(env or {})})
+from support import free_port, podium
 
 
 @pytest.fixture(scope="module")
@@ -124,10 +114,7 @@ def test_missing_key_env_var_names_the_variable(tmp_path):
 
 
 def test_unreachable_base_url(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}/v1"  # nothing listens there
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     # one quick retry: the default four, backing off 1, 2, 4, 8 s, take ~12 s
     pool = _http_pool(tmp_path, url, "PODIUM_TEST_KEY", "retries = 1\nbackoff_s = 0.05\n")
     secret = "sk-test-never-print-this-0123456789"

@@ -12,12 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import free_port, podium
 
 from podium.baselines import build_system
 from podium.config import ModelSpec, RunSettings, pool_from_dict
@@ -35,15 +33,6 @@ N = 4
 PLAN = 'model_id = [0]\nsubtasks = ["Solve it"]\naccess_list = [[]]'
 
 
-def podium(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "podium.cli.main", *args], capture_output=True,
-                          text=True, timeout=180, env={**os.environ, "COLUMNS": "160", **(env or {})})
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture()

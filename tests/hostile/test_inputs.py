@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-PODIUM = [sys.executable, "-m", "podium.cli.main"]
+import support
 
 POOL = """
 [conductor]
@@ -35,9 +34,8 @@ fewshots = "none"
 """
 
 
-def podium(*args: str, env: dict | None = None, timeout: int = 120, **kw):
-    return subprocess.run([*PODIUM, *args], capture_output=True, timeout=timeout,
-                          env={**os.environ, "COLUMNS": "200", **(env or {})}, **kw)
+def podium(*args: str, **kw):
+    return support.podium(*args, columns=200, text=False, **kw)
 
 
 def text(proc) -> str:

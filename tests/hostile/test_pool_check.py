@@ -11,35 +11,25 @@ client whose call fails, to see that it is closed all the same).
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 
 import pytest
+import support
+from support import PROXY_VARS, free_port
 
 from podium.cli import pool as pool_cli
 from podium.config import ModelSpec, load_pool
 from podium.errors import WorkerError
 
-PODIUM = [sys.executable, "-m", "podium.cli.main"]
-PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
-              "all_proxy")  # localhost servers only: no proxy in between
-
 
 def podium(*args: str, columns: int = 200, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in PROXY_VARS}
-    env["COLUMNS"] = str(columns)
-    return subprocess.run([*PODIUM, *args], capture_output=True, timeout=timeout, env=env,
-                          text=True)
+    return support.podium(*args, columns=columns, timeout=timeout)
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+closed_port = free_port  # bound once and released: nothing listens there
 
 
 @pytest.fixture

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support import free_port
 from vendor_servers import AnthropicServer, GeminiServer
 
 from podium.config import ModelSpec, pool_from_dict
@@ -105,9 +105,7 @@ def _fail(client: Any, messages: list[dict[str, str]]) -> WorkerError:
 
 
 def _closed_port_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 def _assert_key_only_in_auth(server: Any, headers: set[str]) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -15,17 +14,11 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+from support import free_port
 
 from podium.config import load_pool
 from podium.pipeline import Pipeline
 from podium.serve import ServeConfig, create_app
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 KEY = "sk-podium-test-key-7f3a9c2e51"
 OTHER_KEY = "sk-podium-test-key-second-0b8d"

@@ -11,11 +11,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from serve_helpers import KEY
+from support import podium
 
 from podium.config import pool_from_dict
 from podium.pipeline import Pipeline
@@ -98,12 +98,6 @@ def test_served_pages_need_a_key_and_a_browser_can_give_it(server, http):
     assert listing.status_code == 200 and f"/traces/{tid}" in listing.text
     assert http.get("/traces/tr-" + "0" * 32, headers=basic(KEY)).status_code == 404
     assert http.get("/traces/../../etc/passwd", headers=basic(KEY)).status_code == 404
-
-
-def podium(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "podium.cli.main", *args],
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "COLUMNS": "200"})
 
 
 def test_trace_view_writes_an_owner_only_page(tmp_path):

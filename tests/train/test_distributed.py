@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
+
+from support import free_port  # noqa: E402
 
 from podium.checkpoint import CARD  # noqa: E402
 
@@ -129,9 +130,7 @@ def start(args: list[str], root: Path) -> subprocess.Popen:
 
 def two_nodes(root: Path, *options: str) -> list[subprocess.Popen]:
     """A job of two torchrun "nodes" on this host, one process each."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     return [start([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
                    "--node_rank", str(rank), "--nproc_per_node", "1", "--master_addr",
                    "127.0.0.1", "--master_port", str(port), *command(root, "two", *options)],
