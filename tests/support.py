@@ -28,3 +28,39 @@ def podium(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
     kw.setdefault("text", True)
     return subprocess.run([*PODIUM, *args], capture_output=True, timeout=timeout,
                           env={**base, "COLUMNS": str(columns), **(env or {})}, **kw)
+
+
+class InThreadServer:
+    """An ASGI app under a real uvicorn server in a daemon thread, on a port of its own (a
+    socket bound here, so the port is held from the start). `started()` waits until it serves;
+    `stop()` asks it to exit and joins the thread."""
+
+    def __init__(self, app: Any, *, name: str = "test server", **config: Any) -> None:
+        import threading
+
+        import uvicorn
+
+        self.name = name
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port: int = self.sock.getsockname()[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, **config))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       daemon=True)
+
+    def started(self, timeout: float = 20) -> InThreadServer:
+        import time
+
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError(f"the {self.name} did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout: float = 15) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        self.sock.close()

@@ -46,17 +46,15 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 import threading
-import time
 import uuid
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from support import InThreadServer
 
 _DEFAULT_REPLY = "Hello from the fake server."
 
@@ -73,14 +71,10 @@ class _Server:
         self.reply = reply
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
-        self.port: int = self._sock.getsockname()[1]
-        config = uvicorn.Config(self.app(), log_level="warning", lifespan="off",
-                                timeout_graceful_shutdown=1)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run,
-                                        kwargs={"sockets": [self._sock]}, daemon=True)
+        self._running = InThreadServer(self.app(), name="vendor test server",
+                                       log_level="warning", lifespan="off",
+                                       timeout_graceful_shutdown=1)
+        self.port: int = self._running.port
 
     @property
     def url(self) -> str:
@@ -90,18 +84,11 @@ class _Server:
         raise NotImplementedError
 
     def start(self) -> _Server:
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the vendor test server did not start")
-            time.sleep(0.01)
+        self._running.started(timeout=10)
         return self
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(5)
-        self._sock.close()
+        self._running.stop(timeout=5)
 
     def __enter__(self) -> _Server:
         return self.start()

@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
-import uvicorn
-from support import free_port
+from support import InThreadServer, free_port
 
 from podium.config import load_pool
 from podium.pipeline import Pipeline
@@ -72,29 +71,19 @@ class ThreadServer:
     """`create_app` under a real uvicorn server in a daemon thread."""
 
     def __init__(self, pool_file: Path, trace_dir: Path, **config) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
         self.config = ServeConfig(trace_dir=trace_dir, **config)
-        pool = load_pool(pool_file)
-        app = create_app(self.config, Pipeline(pool))
-        self.app = app
-        self.server = uvicorn.Server(uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_config=None, log_level="debug",
-            timeout_graceful_shutdown=5))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.app = create_app(self.config, Pipeline(load_pool(pool_file)))
+        self.running = InThreadServer(self.app, name="podium test server", log_config=None,
+                                      log_level="debug", timeout_graceful_shutdown=5)
+        self.port, self.base, self.server = (self.running.port, self.running.base,
+                                             self.running.server)
 
     def __enter__(self) -> ThreadServer:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.02)
+        self.running.started()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(15)
+        self.running.stop()
 
 
 def crashing_app():
