@@ -16,6 +16,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +43,30 @@ def resolve_model(path: str) -> str:
     return str(target)
 
 
+@contextmanager
+def read_once() -> Iterator[None]:
+    """While transformers loads a GGUF: each file parsed once and gguf-py's tensor-name map
+    built once. transformers parses the file for the config, the weights and the tokenizer
+    (4 times) and builds the map once per tensor (397 times for SmolLM2), which was most of a
+    conversion's time; both objects are only read."""
+    import gguf
+
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[tuple[str, str], Any] = {}
+
+    def read(path: Any, mode: str = "r") -> Any:
+        key = (str(path), mode)
+        if key not in readers:
+            readers[key] = reader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = read, lru_cache(maxsize=None)(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
+
+
 def convert_gguf(target: Path, gguf: Path | None = None) -> Path:
     """Write a trainable Hugging Face directory for a llama-family GGUF (default: the bundled
     SmolLM2). Written to a temporary folder and renamed, so a crash leaves nothing half-done."""
@@ -53,11 +80,12 @@ def convert_gguf(target: Path, gguf: Path | None = None) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                      dtype=torch.float32)
+        with read_once():
+            loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                          dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
         model.load_state_dict(loaded.state_dict())
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         _fix_special_tokens(tokenizer, model, gguf_metadata(gguf))
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
