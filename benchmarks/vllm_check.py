@@ -26,7 +26,7 @@ line and fails the check (exit 1) when it does not hold:
      adds weight sync, which needs CUDA: not checked here.)
 
     .venv/bin/python benchmarks/vllm_check.py --vllm-python .venv-vllm/bin/python \
-        [--out runs/vllm-check] [--skip-resolve] [--steps 2]
+        [--out runs/vllm-check] [--skip-resolve] [--skip-train] [--steps 2]
 
 It writes `report.json` in `--out`, beside the training run, each server's log and the traces.
 """
@@ -236,7 +236,19 @@ async def grammar_probes(pool_path: Path) -> dict[str, Any]:
             "malformed_refused": refused, "malformed": error}
 
 
-def server_rollouts(base_url: str, model: Path, pool_path: Path) -> dict[str, Any]:
+def server_rollouts(vllm_python: Path, base_url: str, model: Path, pool_path: Path
+                    ) -> dict[str, Any]:
+    """`rollouts` below, in vLLM's environment (TRL's VLLMClient imports vLLM)."""
+    proc = subprocess.run([str(vllm_python), __file__, "--rollouts", base_url, str(model),
+                           str(pool_path)], capture_output=True, text=True, check=False)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"ok": False, "rows": 0, "requests": 0, "held": [], "logprobs_per_token": False,
+                "error": proc.stderr[-2000:]}
+
+
+def rollouts(base_url: str, model: Path, pool_path: Path) -> dict[str, Any]:
     """podium's server-mode rollout request (`podium.train.vllm_rollout.request_all`, through
     TRL's VLLMClient) for rows that see different parts of the pool: each completion must be
     accepted token by token by its own row's grammar, with one logprob per token."""
@@ -312,7 +324,7 @@ def serve(name: str, model: Path, vllm_python: Path, out: Path, run: str, n: int
                 "answer": t.get("answer")})
         probes = asyncio.run(grammar_probes(pool_file(folder / "pool-hot.toml", base_url, run,
                                                       1.0)))
-        result["rollouts"] = server_rollouts(base_url, model, pool)
+        result["rollouts"] = server_rollouts(vllm_python, base_url, model, pool)
     result.update(asks=asks, **probes, seconds=round(time.monotonic() - started, 1))
     result["valid"] = all(a["rc"] == 0 and a["status"] == "ok" and a["workflow"]
                           and a["parse_error"] is None for a in asks)
@@ -331,7 +343,16 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--questions", type=int, default=3)
     parser.add_argument("--skip-resolve", action="store_true")
+    parser.add_argument("--skip-train", action="store_true",
+                        help="serve the checkpoint a previous check trained (OUT/train/final)")
+    parser.add_argument("--rollouts", nargs=3, metavar=("BASE_URL", "MODEL", "POOL"),
+                        help="(run by the check in vLLM's environment) the server-mode "
+                        "rollout probe alone, printed as JSON")
     args = parser.parse_args()
+    if args.rollouts:
+        url, model, pool = args.rollouts
+        print(json.dumps(rollouts(url, Path(model), Path(pool))))
+        return 0
     if not args.vllm_python.exists():
         print(f"No vLLM environment at {args.vllm_python}: run `make vllm-venv` first.")
         return 2
@@ -342,12 +363,17 @@ def main() -> int:
         r = report["resolve"] = resolve(args.out)
         ok &= say("resolve podium[gpu]", r["ok"], ", ".join(
             f"{k} {v}" for k, v in r.get("versions", {}).items()) or r.get("error", ""))
-    t = report["train"] = train(args.vllm_python, args.out, args.steps)
-    ok &= say("train: vLLM colocate", t["ok"],
-              f"{t['steps']} steps ({t['step_s']} s/step, {t['seconds']} s in all), format "
-              f"errors {t['format_error']}, reward {fmt(t['reward'])}, grad norm "
-              f"{fmt(t['grad_norm'])}"
-              + ("" if t["ok"] else f" (see {t['log']})"))
+    final = args.out / "train" / "final"
+    if args.skip_train and final.is_dir():
+        t = report["train"] = {"ok": True, "checkpoint": str(final), "reused": True}
+        print(f"skip  train: vLLM colocate        --skip-train: serving {final} as it is")
+    else:
+        t = report["train"] = train(args.vllm_python, args.out, args.steps)
+        ok &= say("train: vLLM colocate", t["ok"],
+                  f"{t['steps']} steps ({t['step_s']} s/step, {t['seconds']} s in all), format "
+                  f"errors {t['format_error']}, reward {fmt(t['reward'])}, grad norm "
+                  f"{fmt(t['grad_norm'])}"
+                  + ("" if t["ok"] else f" (see {t['log']})"))
     from podium.train.model import resolve_model
 
     targets = [("embedded", Path(resolve_model("smollm2")),
@@ -376,7 +402,8 @@ def main() -> int:
         r = s["rollouts"]
         ok &= say(f"serve {name}: server rollouts", r["ok"],
                   f"{r['rows']} rows in {r['requests']} requests, each held to its own grammar "
-                  f"{r['held']}, a logprob per token {r['logprobs_per_token']}")
+                  f"{r['held']}, a logprob per token {r['logprobs_per_token']}"
+                  + (f"; {r['error']}" if r.get("error") else ""))
     report["ok"] = bool(ok)
     (args.out / "report.json").write_text(json.dumps(report, indent=1))
     print(f"{'vLLM check passed' if ok else 'vLLM check FAILED'}; report in "
