@@ -8,6 +8,8 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 PODIUM = [sys.executable, "-m", "podium.cli.main"]
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
               "all_proxy")  # the tests talk to localhost servers only: no proxy in between
@@ -64,3 +66,18 @@ class InThreadServer:
         self.server.should_exit = True
         self.thread.join(timeout)
         self.sock.close()
+
+
+def _benchmark_data() -> Any:
+    from podium.errors import ConfigError
+    from podium.tasks.base import data_dir
+
+    try:
+        return data_dir()
+    except ConfigError:
+        return None
+
+
+DATA = _benchmark_data()  # the offline benchmark files (../shared/data), or None
+needs_data = pytest.mark.skipif(
+    DATA is None, reason="no ../shared/data benchmark directory (or $PODIUM_DATA_DIR)")

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import needs_data
 
 from podium.eval.runner import read_results
 from podium.eval.summary import summarize
@@ -142,6 +143,7 @@ cache = false
 """
 
 
+@needs_data
 def test_gsm8k_end_to_end_on_the_embedded_model(tmp_path):
     """Three GSM8K items through the embedded Conductor and workers (short budgets, so fast)."""
     pool = tmp_path / "embedded.toml"

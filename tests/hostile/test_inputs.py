@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import support
+from support import needs_data
 
 POOL = """
 [conductor]
@@ -130,7 +131,8 @@ LATIN1_POOL = POOL.replace("[run]", "# caf\xe9\n[run]").encode("latin-1")
 
 @pytest.mark.parametrize("command", [("pool", "show"), ("pool", "check"),
                                      ("ask", "What is 2 + 3?"),
-                                     ("eval", "--task", "gsm8k", "--n", "1")])
+                                     pytest.param(("eval", "--task", "gsm8k", "--n", "1"),
+                                                  marks=needs_data)])
 def test_a_non_utf8_pool_file_is_a_configuration_error(tmp_path, command, cache_env):
     path = tmp_path / "latin1.toml"
     path.write_bytes(LATIN1_POOL)

@@ -14,18 +14,11 @@ import json
 import random
 
 import pytest
+from support import DATA, needs_data
 
 from podium.errors import ConfigError
 from podium.tasks import TASKS, Task, get_task
-from podium.tasks.base import data_dir
 from podium.tasks.common import LETTERS, read_records, sample, split_indices
-
-try:
-    DATA = data_dir()
-except ConfigError:
-    DATA = None
-
-needs_data = pytest.mark.skipif(DATA is None, reason="no ../shared/data benchmark directory")
 
 OFFLINE = {  # name -> items in split "all"
     "gsm8k": 1319 + 7473,
