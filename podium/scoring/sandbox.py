@@ -149,7 +149,9 @@ class SandboxResult:
 
 
 @dataclass(frozen=True)
-class _Plan:
+class _Host:
+    """What isolation this host gives a run (probed once, `_host()`)."""
+
     root: bool
     unshare: tuple[str, ...] | None  # argv prefix without --net; None: no namespaces
     userns: bool  # the namespaces are inside a user namespace (non-root caller)
@@ -251,7 +253,7 @@ def _probe_seccomp() -> str | None:
             or f"seccomp probe exited with {proc.returncode}")
 
 
-def _compute_plan() -> _Plan:
+def _probe_host() -> _Host:
     problems: list[str] = []
     root = os.geteuid() == 0
     unshare_bin = _find_unshare()
@@ -291,33 +293,33 @@ def _compute_plan() -> _Plan:
     seccomp_error = _probe_seccomp()
     if seccomp_error is not None:
         problems.append(f"{seccomp_error}: the code could make its own namespaces")
-    return _Plan(root, unshare, userns, drop_user, hide if unshare else (), tuple(problems),
+    return _Host(root, unshare, userns, drop_user, hide if unshare else (), tuple(problems),
                  tuple(tmp_keep), seccomp=seccomp_error is None)
 
 
-_PLAN: _Plan | None = None
+_HOST: _Host | None = None
 
 
-def _plan() -> _Plan:
-    global _PLAN
-    if _PLAN is None:
-        _PLAN = _compute_plan()
-    return _PLAN
+def _host() -> _Host:
+    global _HOST
+    if _HOST is None:
+        _HOST = _probe_host()
+    return _HOST
 
 
 def isolation_available() -> dict[str, bool]:
     """What a run on this machine gets (probed once per process)."""
-    plan = _plan()
-    ns = plan.unshare is not None
-    return {"root": plan.root, "netns": ns, "pidns": ns, "mountns": ns, "private_tmp": ns,
-            "userns": plan.userns, "drop_user": plan.drop_user, "nproc": plan.drop_user,
-            "seccomp": plan.seccomp, "rlimits": True, "env": True, "tmpdir": True}
+    host = _host()
+    ns = host.unshare is not None
+    return {"root": host.root, "netns": ns, "pidns": ns, "mountns": ns, "private_tmp": ns,
+            "userns": host.userns, "drop_user": host.drop_user, "nproc": host.drop_user,
+            "seccomp": host.seccomp, "rlimits": True, "env": True, "tmpdir": True}
 
 
 def isolation_problems() -> tuple[str, ...]:
     """Why something in `isolation_available()` is False, or the namespace filter (seccomp) is
     missing (empty when nothing is missing)."""
-    return _plan().problems
+    return _host().problems
 
 
 def isolation_level() -> str | list[str]:
@@ -467,13 +469,13 @@ def _classify(report: dict, timed_out: bool, stderr: str,
     return "sandbox_error", None
 
 
-def _isolation(plan: _Plan, limits: Limits, applied: list[str]) -> tuple[str, ...]:
+def _isolation(host: _Host, limits: Limits, applied: list[str]) -> tuple[str, ...]:
     tags: list[str] = []
-    if plan.unshare is not None:
+    if host.unshare is not None:
         if not limits.network:
             tags.append("netns")
         tags += ["pidns", "mountns"]
-    if plan.userns:
+    if host.userns:
         tags.append("userns")
     tags += [t for t in applied if t not in tags]
     tags += ["tmpdir", "env"]
@@ -535,8 +537,8 @@ async def arun_python(code: str, *, stdin: str = "", limits: Limits = Limits(),
 
     start = time.monotonic()
     try:
-        plan = _plan() if _PLAN is not None else await asyncio.to_thread(_plan)
-        return await _run(plan, code, stdin, limits, files or {})
+        host = _host() if _HOST is not None else await asyncio.to_thread(_host)
+        return await _run(host, code, stdin, limits, files or {})
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # never raise: report
@@ -544,7 +546,7 @@ async def arun_python(code: str, *, stdin: str = "", limits: Limits = Limits(),
                              time.monotonic() - start, ())
 
 
-async def _run(plan: _Plan, code: str, stdin: str, limits: Limits,
+async def _run(host: _Host, code: str, stdin: str, limits: Limits,
                files: dict[str, str]) -> SandboxResult:
     import asyncio
     import shutil
@@ -559,7 +561,7 @@ async def _run(plan: _Plan, code: str, stdin: str, limits: Limits,
     read_fd = write_fd = -1
     proc = None
     try:
-        uid = _allocate_uid() if plan.drop_user else None
+        uid = _allocate_uid() if host.drop_user else None
         host_dir = tempfile.mkdtemp(prefix="podium-sbx-")
         os.chmod(host_dir, 0o700)
         for name, text in [("main.py", code), *names.items()]:
@@ -567,7 +569,7 @@ async def _run(plan: _Plan, code: str, stdin: str, limits: Limits,
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(text)
-        private = plan.unshare is not None
+        private = host.unshare is not None
         workdir = "/tmp" if private else host_dir
         if not private and uid is not None:
             for dirpath, _dirnames, filenames in os.walk(host_dir):
@@ -578,18 +580,18 @@ async def _run(plan: _Plan, code: str, stdin: str, limits: Limits,
             "mode": "run", "stage": host_dir, "names": ["main.py", *names],
             "workdir": workdir, "uid": uid, "gid": uid, "status_fd": write_fd,
             "private_tmp": ({"size_mb": max(1, limits.disk_mb), "inodes": 32768,
-                             "extra": list(_WORLD_WRITABLE), "keep": list(plan.tmp_keep)}
+                             "extra": list(_WORLD_WRITABLE), "keep": list(host.tmp_keep)}
                             if private else None),
-            "hide": [[b, list(t)] for b, t in plan.hide] if uid is not None else [],
+            "hide": [[b, list(t)] for b, t in host.hide] if uid is not None else [],
             "rlimits": _rlimits(limits, nproc=uid is not None),
-            "seccomp": plan.seccomp,
+            "seccomp": host.seccomp,
             "argv": [sys.executable, "-s", "main.py"],
             "env": _base_env(workdir),
         }
         argv = [sys.executable, "-I", "-S", LAUNCHER, json.dumps(cfg)]
-        if plan.unshare is not None:
+        if host.unshare is not None:
             net = [] if limits.network else ["--net"]
-            argv = [*plan.unshare, *net, "--", *argv]
+            argv = [*host.unshare, *net, "--", *argv]
         begin = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -609,7 +611,7 @@ async def _run(plan: _Plan, code: str, stdin: str, limits: Limits,
             _killpg(proc.pid)
             await proc.wait()
         elapsed = time.monotonic() - begin
-        if plan.unshare is None:  # no pid namespace: leftovers may survive the main process
+        if host.unshare is None:  # no pid namespace: leftovers may survive the main process
             if uid is not None:
                 await _kill_uid(uid)
             else:
@@ -628,7 +630,7 @@ async def _run(plan: _Plan, code: str, stdin: str, limits: Limits,
             stderr = f"sandbox setup failed: {reason}\n{stderr}"
         applied = list(report.get("applied", []))
         return SandboxResult(status, returncode, stdout, stderr, elapsed,
-                             _isolation(plan, limits, applied))
+                             _isolation(host, limits, applied))
     finally:
         if proc is not None and proc.returncode is None:
             _killpg(proc.pid)

@@ -150,9 +150,9 @@ def test_setup_failure_is_a_sandbox_error(monkeypatch):
 
 
 def test_launcher_failure_is_a_sandbox_error(monkeypatch):
-    plan = sandbox._Plan(root=os.geteuid() == 0, unshare=("/usr/bin/unshare", "--no-such-flag"),
+    host = sandbox._Host(root=os.geteuid() == 0, unshare=("/usr/bin/unshare", "--no-such-flag"),
                          userns=False, drop_user=False, hide=(), problems=())
-    monkeypatch.setattr(sandbox, "_PLAN", plan)
+    monkeypatch.setattr(sandbox, "_HOST", host)
     result = run_python("print(1)")
     assert result.status == "sandbox_error" and result.returncode is None
     assert "sandbox setup failed" in result.stderr
@@ -434,9 +434,9 @@ def test_hidden_interpreter_home_is_not_browsable():
 def test_fallback_without_namespaces(monkeypatch):
     """With no namespaces and no uid to drop to, runs still get a private directory, a
     scrubbed environment, rlimits and the wall-clock kill, and say so."""
-    plan = sandbox._Plan(root=os.geteuid() == 0, unshare=None, userns=False, drop_user=False,
+    host = sandbox._Host(root=os.geteuid() == 0, unshare=None, userns=False, drop_user=False,
                          hide=(), problems=("test",))
-    monkeypatch.setattr(sandbox, "_PLAN", plan)
+    monkeypatch.setattr(sandbox, "_HOST", host)
     monkeypatch.setenv("PODIUM_SANDBOX_SECRET", "s3cret-fallback")
     result = run_python("import os\nprint(os.environ.get('PODIUM_SANDBOX_SECRET'), "
                         "os.getcwd() == os.environ['HOME'])")
