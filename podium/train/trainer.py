@@ -44,7 +44,7 @@ from podium.train.reward import ConductorReward
 
 
 @dataclass
-class Plan:
+class TrainingRun:
     """Everything a run is built from, and the lines `--dry-run` prints."""
 
     config: TrainConfig
@@ -129,7 +129,7 @@ def grpo_args(config: TrainConfig, layout: Layout | None = None) -> Any:
     )
 
 
-def _callbacks(plan: Plan) -> list[Any]:
+def _callbacks(plan: TrainingRun) -> list[Any]:
     from transformers import TrainerCallback
 
     out = Path(plan.config.output.dir)
@@ -153,7 +153,8 @@ def _callbacks(plan: Plan) -> list[Any]:
     return [PodiumCallback()]
 
 
-def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = False) -> Plan:
+def build(config: TrainConfig, *, make_trainer: bool = True,
+          dry_run: bool = False) -> TrainingRun:
     """Read the pool, build the rows and (unless `make_trainer` is false) the policy, the
     reward and TRL's trainer. A dry run tolerates training data that is not on this machine:
     the plan names it, and the trainer is built on the rows there are (or on one placeholder
@@ -168,7 +169,7 @@ def build(config: TrainConfig, *, make_trainer: bool = True, dry_run: bool = Fal
     data = build_data(config.data, config.subpool, pool, settings, strict=not dry_run)
     if not data.rows and not dry_run:
         raise ConfigError(f"{config.source}: the training mix has no items; check [[data.tasks]].")
-    plan = Plan(config, pool, settings, data, layout)
+    plan = TrainingRun(config, pool, settings, data, layout)
     plan.lines = describe(plan) + [f"limits      {note}" for note in limits]
     if note := Launch.note():
         plan.lines.append(f"launch      {note}")
@@ -261,7 +262,7 @@ def needs_vllm(config: TrainConfig) -> None:
                           "grpo.use_vllm = false")
 
 
-def describe(plan: Plan) -> list[str]:
+def describe(plan: TrainingRun) -> list[str]:
     c, g = plan.config, plan.config.grpo
     completions = g.questions_per_step * g.generations
     sub = c.subpool
