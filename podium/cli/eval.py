@@ -1,15 +1,14 @@
-"""`podium eval` and `podium report`.
+"""`podium eval` and `podium report`: what they print.
 
-`podium eval` locks its --out folder for the whole run, refuses to resume it with other
-settings, and repairs a damaged results file before it appends (podium.eval.folder,
-podium.eval.runner); `podium report` only reads, and reports lines that are not records.
+`podium eval` is `podium.eval.run.run_eval` (which locks the --out folder, refuses to resume
+it with other settings and repairs a damaged results file) with a progress bar and a summary
+table; `podium report` only reads, and reports lines that are not records.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from rich.console import Console
@@ -17,7 +16,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from podium.errors import ConfigError
+from podium.eval.run import EvalSpec, run_eval
 
 
 def _acc(acc: float | None, se: float | None) -> str:
@@ -66,129 +65,45 @@ def _f(value, fmt: str, prefix: str = "", suffix: str = "") -> str:
     return "-" if value is None else f"{prefix}{value:{fmt}}{suffix}"
 
 
-async def _run(args: dict, console: Console) -> dict:
-    from podium.config import load_pool
-    from podium.eval.folder import FolderLock, prepare_folder
-    from podium.tasks import get_task, preset_for
-
-    preset_split, preset_options = preset_for(args["preset"], args["task"])
-    split = args["split"] or preset_split or "test"
-    task = get_task(args["task"], **{**preset_options, **args["task_options"]})
-    items = task.load(split=split, n=args["n"], seed=args["seed"])
-    if not items:
-        raise ConfigError(f"Task {args['task']} has no items for split {split!r}.")
-    pool = load_pool(args["pool"])
-    if args.get("conductor"):
-        from podium.checkpoint import with_conductor
-
-        pool = with_conductor(pool, args["conductor"],
-                              allow_mismatch=args.get("allow_pool_mismatch", False))
-    # A Conductor output that does not parse is a format error in evaluation (scored wrong, its
-    # reason counted), not a silent single-worker fallback, unless --fallback asks for one.
-    update = {"fallback": args["fallback"]}
-    if args["no_cache"]:
-        update["cache"] = False
-    from podium.baselines import blackbox_pool, parse_blackbox
-
-    if parse_blackbox(args["system"]):  # openai:URL — the endpoint is the only worker
-        pool, _ = blackbox_pool(args["system"], pool)
-    settings = pool.run.model_copy(update=update)
-    from podium.scoring.sandbox import require_isolation
-
-    # model-written code runs only fully isolated, or with --allow-unisolated (then recorded);
-    # checked before the --out folder is created, so a refused run leaves nothing behind
-    args = {**args, "isolation": require_isolation(
-        task, allow_unisolated=args.get("allow_unisolated", False))}
-    try:
-        out = prepare_folder(Path(args["out"]))
-        with FolderLock(out):  # held until the summary is written: a second run is refused
-            return await _run_locked(args, console, task, items, pool, settings, split, out,
-                                     {**preset_options, **args["task_options"]})
-    finally:
-        close = getattr(task, "close", None)
-        if close:
-            close()
-
-
-async def _run_locked(args: dict, console: Console, task, items: list, pool, settings,
-                      split: str, out: Path, task_options: dict) -> dict:
-    from podium.baselines import build_system
-    from podium.eval.folder import check_meta, fingerprint, local_files
-    from podium.eval.runner import (
-        RECORD_FORMAT,
-        RESULTS,
-        EvalConfig,
-        evaluate,
-        load_results,
-        read_results,
-        repair_results,
-    )
-    from podium.eval.summary import summarize
-    from podium.pipeline import Pipeline
-
+async def _run(spec: EvalSpec, console: Console) -> dict:
+    """`run_eval` with a progress bar: accuracy, errors and paid cost so far."""
     err = Console(stderr=True)
 
     def warn(text: str) -> None:
         err.print(f"[yellow]warning:[/] {escape(text)}", soft_wrap=True)
 
-    path = out / RESULTS
-    isolation = args["isolation"]
-    meta = {"task": task.name, "system": args["system"], "split": split, "seed": args["seed"],
-            "preset": args["preset"], "n": len(items), "conductor": args.get("conductor"),
-            "repeats": args["repeats"], "pool": pool.source,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "fingerprint": fingerprint(pool, settings, task_options,
-                                       conductor=args.get("conductor"), preset=args["preset"]),
-            "isolation": isolation,
-            "local_files": local_files([
-                args.get("conductor"), pool.conductor.model, *(w.model for w in pool.workers),
-                *(args["task"].split(":", 1)[1:] if ":" in args["task"] else [])])}
-    # settings are checked before the results file is touched: a refused resume changes nothing
-    check_meta(out, meta, records=list(load_results(path).records.values()),
-               retry_errors=args["retry_errors"], record_format=RECORD_FORMAT, warn=warn)
-    found, kept = repair_results(path)
-    for line in found.warnings(path, "it will be rerun"):
-        warn(line)
-    if kept is not None:
-        warn(f"the file as it was is kept at {kept}; {path} now holds its good lines only.")
-    config = EvalConfig(args["repeats"], args["concurrency"], args["retry_errors"],
-                        args["traces"])
     stats = {"done": 0, "correct": 0, "graded": 0, "errors": 0, "cost": 0.0}
-    total = len(items) * args["repeats"]
-    async with Pipeline(pool, settings=settings) as pipe:
-        system = build_system(args["system"], pipe)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
-                      console=console) as progress:
-            bar = progress.add_task(f"{task.name} · {args['system']}", total=total,
-                                    status="")
+    with ExitStack() as stack:  # the bar starts once the run does (after any warning)
+        shown: list = []
 
-            def on_record(rec: dict) -> None:
-                stats["done"] += 1
-                stats["graded"] += rec["status"] == "ok"
-                stats["errors"] += rec["status"] == "error"
-                stats["correct"] += bool(rec.get("correct"))
-                stats["cost"] += (rec.get("paid") or {}).get("cost_usd") or 0.0
-                acc = (f"{stats['correct'] / stats['graded']:.1%}" if stats["graded"]
-                       else "-")
-                errors = f" · {stats['errors']} errors" if stats["errors"] else ""
-                progress.update(bar, advance=1, status=f"acc {acc}{errors} · "
-                                f"${stats['cost']:.4f} paid")
+        def on_start(label: str, total: int, already: int) -> None:
+            progress = stack.enter_context(Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=console))
+            shown[:] = [progress, progress.add_task(label, total=total, status="",
+                                                    completed=already)]
 
-            already = len([k for k in read_results(out / "results.jsonl")
-                           if k[1] < args["repeats"]])
-            progress.update(bar, completed=min(already, total))
-            records = await evaluate(task, system, items, out, config, on_record=on_record)
-    summary = summarize(records)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2), "utf-8")
-    return summary
+        def on_record(rec: dict) -> None:
+            stats["done"] += 1
+            stats["graded"] += rec["status"] == "ok"
+            stats["errors"] += rec["status"] == "error"
+            stats["correct"] += bool(rec.get("correct"))
+            stats["cost"] += (rec.get("paid") or {}).get("cost_usd") or 0.0
+            acc = f"{stats['correct'] / stats['graded']:.1%}" if stats["graded"] else "-"
+            errors = f" · {stats['errors']} errors" if stats["errors"] else ""
+            if shown:
+                shown[0].update(shown[1], advance=1,
+                                status=f"acc {acc}{errors} · ${stats['cost']:.4f} paid")
+
+        return await run_eval(spec, on_start=on_start, on_record=on_record, warn=warn)
 
 
-def run_eval(**args) -> int:
+def eval_command(spec: EvalSpec) -> int:
+    """`podium eval`: run `spec`, print its summary table, say what failed."""
     console = Console()
-    summary = asyncio.run(_run(args, console))
-    console.print(summary_table(summary, f"{args['task']} · {args['system']} · {args['out']}"))
-    console.print(f"Results: {args['out']}/results.jsonl · summary: {args['out']}/summary.json")
+    summary = asyncio.run(_run(spec, console))
+    console.print(summary_table(summary, f"{spec.task} · {spec.system} · {spec.out}"))
+    console.print(f"Results: {spec.out}/results.jsonl · summary: {spec.out}/summary.json")
     return _report_errors(Console(stderr=True), summary)
 
 

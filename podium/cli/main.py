@@ -103,19 +103,19 @@ def eval_cmd(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Evaluate a system on a task: resumable results, accuracy ± s.e., cost, workflow stats."""
-    from podium.cli.eval import run_eval
+    from podium.cli.eval import eval_command
+    from podium.eval.run import EvalSpec
 
     options = {k: v for k, v in {"data_dir": data_dir, "path": path}.items() if v}
     options.update(_task_options(task_option or []))
     out = out or f"runs/eval/{task.replace(':', '_').replace('/', '_')}-{system.replace(':', '_')}"
-    code = _guard(lambda: run_eval(task=task, system=system, n=n, repeats=repeats,
-                                   concurrency=concurrency, out=out, pool=pool, split=split,
-                                   seed=seed, preset=preset, task_options=options,
-                                   conductor=conductor, allow_pool_mismatch=allow_pool_mismatch,
-                                   no_cache=no_cache,
-                                   fallback=fallback,
-                                   retry_errors=retry_errors, traces=traces,
-                                   allow_unisolated=allow_unisolated), debug)
+    spec = EvalSpec(task=task, system=system, n=n, repeats=repeats, concurrency=concurrency,
+                    out=out, pool=pool, split=split, seed=seed, preset=preset,
+                    task_options=options, conductor=conductor,
+                    allow_pool_mismatch=allow_pool_mismatch, no_cache=no_cache,
+                    fallback=fallback, retry_errors=retry_errors, traces=traces,
+                    allow_unisolated=allow_unisolated)
+    code = _guard(lambda: eval_command(spec), debug)
     raise typer.Exit(code)
 
 

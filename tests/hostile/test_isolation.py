@@ -183,7 +183,7 @@ def test_a_filter_that_cannot_be_installed_is_an_isolation_problem(monkeypatch):
     on without the filter, but the weakness is reported, not silent."""
     monkeypatch.setattr(sandbox, "_probe_seccomp",
                         lambda: "seccomp filter could not be installed: [Errno 22] test")
-    monkeypatch.setattr(sandbox, "_PLAN", None)
+    monkeypatch.setattr(sandbox, "_HOST", None)
     assert any("seccomp filter could not be installed" in p for p in isolation_problems())
     assert isinstance(isolation_level(), list)
     result = run_python("import ctypes; print(ctypes.CDLL(None).unshare(0x10000000))")
