@@ -148,6 +148,8 @@ def _prefill(llm: Any, prompt: str, cancelled: threading.Event) -> None:
         if cancelled.is_set():
             raise Cancelled()
         llm.eval(tokens[start:min(start + PREFILL_CHUNK, len(tokens) - 1)])
+    if cancelled.is_set():  # cancelled during the last chunk: generate nothing
+        raise Cancelled()
 
 
 class EmbeddedClient:

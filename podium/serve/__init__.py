@@ -13,7 +13,9 @@ Modules, in the order a request meets them:
     protocol.py   the request body: validation, podium's per-request options, the question
                   built from the conversation
     app.py        the FastAPI app: routes, body limit, run slots (429), the pipeline run, SSE
-    responses.py  completion bodies, stream chunks, progress lines, no-answer errors
+    chat_completions.py  the Chat Completions replies: bodies, stream chunks, progress
+                  lines, no-answer errors
+    responses_api.py  the Responses API: its request, response object and stream events
     traces.py     every request's trace, owner-only, newest N kept, served by id; written by
                   a writer process of its own
     processes.py  `--processes N`: server processes on one port, one socket each

@@ -66,8 +66,7 @@ from podium.baselines import SOLVE, bare_question
 from podium.errors import ConfigError
 from podium.llm.base import Sampling
 from podium.pipeline import Pipeline, RunResult
-from podium.serve import responses as R
-from podium.serve import responses_api as RA
+from podium.serve import chat_completions, responses_api
 from podium.serve.access import RUN_NOTE, AccessLog
 from podium.serve.auth import KeyCheck
 from podium.serve.errors import ApiError, bad_request
@@ -288,7 +287,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
             raise shutting_down()
         result = run.task.result()
         if result.answer is None:
-            err = R.no_answer_error(result)
+            err = chat_completions.no_answer_error(result)
             err.headers.update(headers)
             raise err
         return result
@@ -311,21 +310,21 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
             return streaming(_stream(run, cid, created, req.model, shown_tid, include),
                              headers)
         result = await answered(run, headers, request)
-        return JSONResponse(R.completion_json(cid, created, req.model, result, shown_tid),
+        return JSONResponse(chat_completions.completion_json(cid, created, req.model, result, shown_tid),
                             headers=headers)
 
     async def responses(request: Request):
         owner = await auth(request)
-        req, opts, messages = RA.parse_responses_body(
+        req, opts, messages = responses_api.parse_responses_body(
             await _read_body(request, config.max_request_bytes))
-        ids, tid, created = RA.new_ids(), new_id(), int(time.time())
-        run, headers, shown_tid = begin(req, opts, RA.question(messages), tid, owner,
+        ids, tid, created = responses_api.new_ids(), new_id(), int(time.time())
+        run, headers, shown_tid = begin(req, opts, responses_api.question(messages), tid, owner,
                                            request.scope)
         if req.stream:
             return streaming(_stream_response(run, req, ids, created, shown_tid), headers)
         result = await answered(run, headers, request)
-        return JSONResponse(RA.response_json(
-            ids[0], created, req.model, req, output=[RA.message_item(ids[2], result.answer)],
+        return JSONResponse(responses_api.response_json(
+            ids[0], created, req.model, req, output=[responses_api.message_item(ids[2], result.answer)],
             result=result, trace_id=shown_tid), headers=headers)
 
     routes = {"/v1/chat/completions": chat, "/v1/responses": responses}
@@ -370,17 +369,17 @@ def _finished(run: Run):
     except Exception as exc:  # logged by the task's done callback
         return None, ApiError(500, f"podium failed unexpectedly ({type(exc).__name__}); the "
                               "server log has the traceback.", code="internal")
-    return result, (R.no_answer_error(result) if result.answer is None else None)
+    return result, (chat_completions.no_answer_error(result) if result.answer is None else None)
 
 
 async def _stream_response(run: Run, req, ids: tuple[str, str, str], created: int,
                            tid: str | None) -> AsyncIterator[str]:
     """The Responses API's events for one run (see podium.serve.responses_api)."""
     rid, rsid, mid = ids
-    ev = RA.EventStream()
+    ev = responses_api.EventStream()
 
     def whole(status: str, **more) -> dict:
-        return RA.response_json(rid, created, req.model, req, status=status, trace_id=tid,
+        return responses_api.response_json(rid, created, req.model, req, status=status, trace_id=tid,
                                 **more)
 
     try:
@@ -415,7 +414,7 @@ async def _stream_response(run: Run, req, ids: tuple[str, str, str], created: in
         for event in ev.answer(mid, result.answer):
             yield event
         yield ev.event("response.completed", response=whole(
-            "completed", output=[reasoning, RA.message_item(mid, result.answer)],
+            "completed", output=[reasoning, responses_api.message_item(mid, result.answer)],
             result=result))
     finally:
         run.stop(CLIENT_GONE)  # when still running, the client went away: stop paying
@@ -506,7 +505,7 @@ def _start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces:
     run = Run(events)
 
     def on_event(kind: str, obj) -> None:
-        line = R.progress(kind, obj, names)
+        line = chat_completions.progress(kind, obj, names)
         if line:
             events.put_nowait(line)
 
@@ -557,7 +556,7 @@ async def _stream(run: Run, cid: str, created: int, model: str, tid: str | None,
     extra = {"usage": None} if include_usage else {}
 
     def piece(delta: dict | None, finish: str | None = None, **more) -> str:
-        return R.chunk(cid, created, model, delta, finish, **{**extra, **more})
+        return chat_completions.chunk(cid, created, model, delta, finish, **{**extra, **more})
 
     try:
         yield piece({"role": "assistant", "content": ""})
@@ -565,16 +564,16 @@ async def _stream(run: Run, cid: str, created: int, model: str, tid: str | None,
             yield ": keep-alive\n\n" if line is None else piece({"reasoning_content": line})
         result, error = _finished(run)
         if error is not None:
-            yield R.sse(error.body())
+            yield chat_completions.sse(error.body())
             return
-        for text in R.answer_pieces(result.answer):
+        for text in chat_completions.answer_pieces(result.answer):
             yield piece({"content": text})
         ids = {"podium_trace_id": tid} if tid else {}
-        yield piece({}, R.finish_reason(result), **ids)
+        yield piece({}, chat_completions.finish_reason(result), **ids)
         if include_usage:
-            yield R.chunk(cid, created, model, None, usage=R.usage_json(result),
-                          podium=R.podium_json(result), **ids)
-        yield R.sse("[DONE]")
+            yield chat_completions.chunk(cid, created, model, None, usage=chat_completions.usage_json(result),
+                          podium=chat_completions.podium_json(result), **ids)
+        yield chat_completions.sse("[DONE]")
     finally:
         run.stop(CLIENT_GONE)  # when still running, the client went away: stop paying
 

@@ -38,6 +38,7 @@ from typing import Any
 from pydantic import Field, StrictBool, StrictInt, ValidationError
 
 from podium.llm.base import Sampling
+from podium.serve.chat_completions import answer_pieces, podium_json
 from podium.serve.errors import ApiError, bad_request
 from podium.serve.protocol import (
     ChatMessage,
@@ -50,7 +51,6 @@ from podium.serve.protocol import (
     validated,
     validation_error,
 )
-from podium.serve.responses import answer_pieces, podium_json
 
 TEXT_TYPES = ("input_text", "output_text", "text")
 
