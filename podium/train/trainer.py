@@ -7,6 +7,21 @@ completions with no advantage in the loss). `train` runs it; `--resume` continue
 last checkpoint in the output folder with the same data order (the rows are a seeded shuffle
 and TRL's sampler is not reshuffled).
 
+One step, as TRL's GRPOTrainer runs it, and where podium plugs in (`grpo.py` lists the TRL
+internals each hook relies on):
+
+    rows     = questions_per_step rows, each repeated `generations` times   (podium.train.data)
+    rollouts = rollout_func(rows)           # ConstrainedRollout / RecursionRollout: every row
+               or TRL's own generation      #   under its grammar (transformers or vLLM,
+                                            #   constrained.py, vllm_rollout.py, recursion.py)
+    rewards  = ConductorReward(rollouts)    # each rollout run by the pipeline as `podium ask`
+                                            #   would, graded by its task (reward.py); None =
+                                            #   unscorable; the step's metrics published
+    adv      = (rewards - group mean) / group std       # TRL; an unscorable rollout gets 0
+    loss     = GRPO clipped loss over the rows with adv != 0      # zero_advantage.py, TRL's
+               with env_mask leaving dead steps out                #   loss (credit.py's mask)
+    optimizer step once the step's micro-batches are accumulated; callbacks write the card
+
 Batch shape: a step is `questions_per_step` questions x `generations` rollouts; TRL sees
 `per_device_batch` completions per pass, and gradient accumulation fills the rest of the step,
 so one generation batch makes exactly one optimizer update (the reference code's setting).
