@@ -4,9 +4,8 @@ Every request that runs the team takes `POST /v1/chat/completions` or `POST /v1/
 Through the app, such a request passes Starlette's and FastAPI's exception layers, the
 router's match against every route and Starlette's route wrapper before it reaches its
 handler, none of which these two routes use. `PipelineRoutes` is a pure ASGI middleware that
-hands exactly those two (path, method) pairs to their handlers itself: in three A/Bs against
-the app alone, a served request's CPU fell by 4–13% at 8 in flight and by 1–10% at 32
-(benchmarks/README.md).
+hands exactly those two (path, method) pairs to their handlers itself, which saves CPU on
+every served request (benchmarks/README.md, serve.py, has the measured figures).
 It does what those layers did with the outcome: the handler's response, an `ApiError`'s
 OpenAI-style body, or a 500 for anything else, logged with its traceback. Every other request,
 including any other method on those paths (a 405) or a path with a trailing slash, goes on to

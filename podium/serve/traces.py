@@ -21,8 +21,7 @@ is still waiting from memory, so an id returned with an answer can be fetched st
 The files are written by a writer process of their own (`writer_main`, started by `start` or at
 the first `put`), not by a thread of the server's: every system call of a file write releases
 the GIL, and a thread must then take it back from a busy event loop; those hand-overs cost the
-server about 1 ms of CPU a request, half of what the pipeline itself costs
-(benchmarks/README.md, serve.py). `put` pickles the trace (the writer process makes the JSON);
+server a large share of a request's CPU (benchmarks/README.md, serve.py, has the figures). `put` pickles the trace (the writer process makes the JSON);
 on the server's event loop the traces handed over within `BATCH_S` are then written into the
 pipe to the writer process together, by a timer of the loop (one non-blocking system call and
 one wake-up of the writer for them all, no thread woken), elsewhere at once; only when the pipe
