@@ -12,7 +12,8 @@ Modules, in the order a request meets them:
                   constant-time check of `Authorization: Bearer KEY`
     protocol.py   the request body: validation, podium's per-request options, the question
                   built from the conversation
-    app.py        the FastAPI app: routes, body limit, run slots (429), the pipeline run, SSE
+    app.py        `TeamServer` (the pipeline, run slots (429), traces, key check, and the two
+                  handlers that run the team) and `create_app`, the FastAPI app routing to it
     chat_completions.py  the Chat Completions replies: bodies, stream chunks, progress
                   lines, no-answer errors
     responses_api.py  the Responses API: its request, response object and stream events

@@ -138,33 +138,153 @@ def shutting_down() -> ApiError:
                     code="server_shutting_down")
 
 
+class TeamServer:
+    """What serves the team: the pipeline (and its one-worker variant for pass-through models),
+    the run slots, the trace store, the key check and the shutdown drain, with the handlers of
+    the two routes that run the pipeline (`chat`: Chat Completions, `responses`: the Responses
+    API). `create_app` routes requests to it."""
+
+    def __init__(self, config: ServeConfig, pipeline: Pipeline) -> None:
+        self.config, self.pipeline = config, pipeline
+        self.check = KeyCheck(config.keys)
+        self.traces = TraceStore(config.trace_dir, config.trace_keep,
+                                 shared=config.shared_traces)
+        self.slots = Slots(config.max_concurrency)
+        self.drain = Drain(config.graceful_timeout_s)
+        self.names = [w.name for w in pipeline.pool.workers]
+        self.started = int(time.time())
+        self.served = [MODEL, *(self.names if config.pass_through else ())]
+        if config.pass_through and MODEL in self.names:
+            raise ConfigError(f"A worker is named {MODEL!r}, the team's own model name: rename "
+                              "it in the pool to serve workers as models (--pass-through).")
+        self.single = copy.copy(pipeline)  # a pass-through model's runs: the bare question
+        self.single.settings = bare_question(pipeline.settings)
+
+    async def auth(self, request: Request) -> str | None:  # async: FastAPI runs a sync one
+        return self.check(request.headers.get("authorization"))  # in a thread
+
+    async def page_auth(self, request: Request) -> str | None:
+        return self.check(request.headers.get("authorization"), basic=True)
+
+    def model_card(self, model: str) -> dict:
+        return {"id": model, "object": "model", "created": self.started, "owned_by": "podium"}
+
+    def runner(self, req, opts: Options, question: str) -> Callable[[Any], Awaitable[RunResult]]:
+        """How the model asked for answers: the team (the Conductor, on the sub-pool named),
+        or, for a pass-through model, one call to that worker."""
+        answer = req.sampling()
+        if req.model == MODEL:
+            workers = _workers(self.pipeline, opts)
+            pipe = _variant(self.pipeline, opts, answer)
+            return lambda on_event: pipe.ask(question, workers=workers, on_event=on_event)
+        if req.model not in self.served:
+            raise _no_model(req.model, self.served)
+        if opts.workers or opts.recursion is not None:
+            raise bad_request(f"workers and recursion are options of the {MODEL!r} model; "
+                              f"{req.model!r} is one worker, asked directly.",
+                              param="workers" if opts.workers else "recursion")
+        pipe = _variant(self.single, opts, answer)
+        flow = Workflow.of([(self.names.index(req.model), SOLVE, ())])
+        return lambda on_event: pipe.run_workflow(question, flow, label=f"worker:{req.model}",
+                                                  on_event=on_event)
+
+    def begin(self, req, opts: Options, question: str, tid: str, owner: str | None,
+              scope: dict) -> tuple[Run, dict, str | None]:
+        """Check the model and its options, take a run slot (429 when none is free), start
+        the run; the trace-id headers and the id shown in the body (only when asked)."""
+        ask = self.runner(req, opts, question)
+        if not self.slots.take():
+            raise ApiError(429, f"The server is running {self.slots.limit} requests, its limit "
+                           "(--max-concurrency). Retry after the Retry-After seconds.",
+                           code="too_many_requests",
+                           headers={"Retry-After": str(self.config.retry_after_s)})
+        run = _start(ask, self.names, self.traces, tid, req, opts, self.slots, owner, scope,
+                     question, self.drain)
+        if opts.return_trace_id:
+            return run, {"X-Podium-Trace-Id": tid}, tid
+        return run, {}, None
+
+    @staticmethod
+    async def answered(run: Run, headers: dict, request: Request) -> RunResult:
+        """The finished run's result; a run without an answer is the error it names. A client
+        that goes away first stops the run."""
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait((run.task, gone), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # uvicorn gave up on the request: so does the run
+            run.stop(SHUT_DOWN)
+            raise
+        finally:
+            gone.cancel()
+        if not run.task.done():
+            run.stop(CLIENT_GONE)
+            raise ClientDisconnect()
+        if run.task.cancelled() and run.shut_down:
+            raise shutting_down()
+        result = run.task.result()
+        if result.answer is None:
+            err = chat_completions.no_answer_error(result)
+            err.headers.update(headers)
+            raise err
+        return result
+
+    @staticmethod
+    def streaming(events: AsyncIterator[str], headers: dict) -> StreamingResponse:
+        return StreamingResponse(events, media_type="text/event-stream", headers={
+            "Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
+
+    async def chat(self, request: Request) -> Response:
+        """POST /v1/chat/completions."""
+        owner = await self.auth(request)
+        req, opts = parse_body(await _read_body(request, self.config.max_request_bytes))
+        cid, tid, created = f"chatcmpl-{uuid.uuid4().hex}", new_id(), int(time.time())
+        run, headers, shown_tid = self.begin(req, opts, question_of(req.messages), tid, owner,
+                                             request.scope)
+        if req.stream:
+            include = bool(req.stream_options and req.stream_options.include_usage)
+            return self.streaming(_stream(run, cid, created, req.model, shown_tid, include),
+                                  headers)
+        result = await self.answered(run, headers, request)
+        return JSONResponse(chat_completions.completion_json(cid, created, req.model, result,
+                                                             shown_tid), headers=headers)
+
+    async def responses(self, request: Request) -> Response:
+        """POST /v1/responses."""
+        owner = await self.auth(request)
+        req, opts, messages = responses_api.parse_responses_body(
+            await _read_body(request, self.config.max_request_bytes))
+        ids, tid, created = responses_api.new_ids(), new_id(), int(time.time())
+        run, headers, shown_tid = self.begin(req, opts, responses_api.question(messages), tid,
+                                             owner, request.scope)
+        if req.stream:
+            return self.streaming(_stream_response(run, req, ids, created, shown_tid), headers)
+        result = await self.answered(run, headers, request)
+        return JSONResponse(responses_api.response_json(
+            ids[0], created, req.model, req,
+            output=[responses_api.message_item(ids[2], result.answer)],
+            result=result, trace_id=shown_tid), headers=headers)
+
+
 def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
-    check = KeyCheck(config.keys)
-    traces = TraceStore(config.trace_dir, config.trace_keep, shared=config.shared_traces)
-    slots = Slots(config.max_concurrency)
-    drain = Drain(config.graceful_timeout_s)
-    names = [w.name for w in pipeline.pool.workers]
-    started = int(time.time())
-    served = [MODEL, *(names if config.pass_through else ())]
-    if config.pass_through and MODEL in names:
-        raise ConfigError(f"A worker is named {MODEL!r}, the team's own model name: rename it "
-                          "in the pool to serve workers as models (--pass-through).")
-    single = copy.copy(pipeline)  # a pass-through model's runs: the bare question, no prefill
-    single.settings = bare_question(pipeline.settings)
+    """The FastAPI app: `TeamServer`'s routes, the model list, the traces (JSON and the viewer
+    pages), health, and OpenAI-style errors for everything else."""
+    server = TeamServer(config, pipeline)
+    traces = server.traces
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(traces.start)
-        drain.started()
+        server.drain.started()
         yield
         await pipeline.aclose()
         await asyncio.to_thread(traces.close)
 
     app = FastAPI(title="podium", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
-    app.state.slots = slots
+    app.state.server = server
+    app.state.slots = server.slots
     app.state.traces = traces
-    app.state.drain = drain
+    app.state.drain = server.drain
     # Starlette's own slash redirect writes an absolute Location from the client's Host
     # header; podium answers a path with a trailing slash with a relative one (see 404)
     app.router.redirect_slashes = False
@@ -191,28 +311,22 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     async def _unexpected(request: Request, exc: Exception) -> Response:
         return unexpected(request, exc)
 
-    async def auth(request: Request) -> str | None:  # async: FastAPI runs a sync one in a thread
-        return check(request.headers.get("authorization"))
-
     @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: load balancers' probes
     async def health() -> dict:
         return {"status": "ok"}
 
-    def model_card(model: str) -> dict:
-        return {"id": model, "object": "model", "created": started, "owned_by": "podium"}
-
-    @app.get("/v1/models", dependencies=[Depends(auth)])
+    @app.get("/v1/models", dependencies=[Depends(server.auth)])
     async def models() -> dict:
-        return {"object": "list", "data": [model_card(m) for m in served]}
+        return {"object": "list", "data": [server.model_card(m) for m in server.served]}
 
-    @app.get("/v1/models/{model}", dependencies=[Depends(auth)])
+    @app.get("/v1/models/{model}", dependencies=[Depends(server.auth)])
     async def model(model: str) -> dict:
-        if model not in served:
-            raise _no_model(model, served)
-        return model_card(model)
+        if model not in server.served:
+            raise _no_model(model, server.served)
+        return server.model_card(model)
 
     @app.get("/v1/traces/{trace_id}")
-    async def trace(trace_id: str, owner: str | None = Depends(auth)) -> dict:
+    async def trace(trace_id: str, owner: str | None = Depends(server.auth)) -> dict:
         data = await asyncio.to_thread(traces.read_as, trace_id, owner)
         if data is None:  # another key's trace is not found either: ids are not confirmed
             raise ApiError(404, "No trace of this API key has that id (ids look like tr- and "
@@ -220,114 +334,23 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                            code="trace_not_found", param="trace_id")
         return data
 
-    async def page_auth(request: Request) -> str | None:
-        return check(request.headers.get("authorization"), basic=True)
-
     @app.get("/traces", response_class=HTMLResponse)
-    async def trace_list(owner: str | None = Depends(page_auth)) -> HTMLResponse:
+    async def trace_list(owner: str | None = Depends(server.page_auth)) -> HTMLResponse:
         return HTMLResponse(index_page(await asyncio.to_thread(traces.recent, 100, owner)))
 
     @app.get("/traces/{trace_id}", response_class=HTMLResponse)
-    async def trace_view(trace_id: str, owner: str | None = Depends(page_auth)) -> HTMLResponse:
+    async def trace_view(trace_id: str,
+                         owner: str | None = Depends(server.page_auth)) -> HTMLResponse:
         data = await asyncio.to_thread(traces.read_as, trace_id, owner)
         if data is None:
             raise ApiError(404, "No trace of this API key has that id (the server keeps the "
                            "newest traces only).", code="trace_not_found", param="trace_id")
         return HTMLResponse(trace_page(data))
 
-    def runner(req, opts: Options, question: str) -> Callable[[Any], Awaitable[RunResult]]:
-        """How the model asked for answers: the team (the Conductor, on the sub-pool named),
-        or, for a pass-through model, one call to that worker."""
-        answer = req.sampling()
-        if req.model == MODEL:
-            workers = _workers(pipeline, opts)
-            pipe = _variant(pipeline, opts, answer)
-            return lambda on_event: pipe.ask(question, workers=workers, on_event=on_event)
-        if req.model not in served:
-            raise _no_model(req.model, served)
-        if opts.workers or opts.recursion is not None:
-            raise bad_request(f"workers and recursion are options of the {MODEL!r} model; "
-                              f"{req.model!r} is one worker, asked directly.",
-                              param="workers" if opts.workers else "recursion")
-        pipe = _variant(single, opts, answer)
-        flow = Workflow.of([(names.index(req.model), SOLVE, ())])
-        return lambda on_event: pipe.run_workflow(question, flow, label=f"worker:{req.model}",
-                                                  on_event=on_event)
-
-    def begin(req, opts: Options, question: str, tid: str, owner: str | None,
-              scope: dict) -> tuple[Run, dict, str | None]:
-        """Check the model and its options, take a run slot (429 when none is free), start
-        the run; the trace-id headers and the id shown in the body (only when asked)."""
-        ask = runner(req, opts, question)
-        if not slots.take():
-            raise ApiError(429, f"The server is running {slots.limit} requests, its limit "
-                           "(--max-concurrency). Retry after the Retry-After seconds.",
-                           code="too_many_requests",
-                           headers={"Retry-After": str(config.retry_after_s)})
-        run = _start(ask, names, traces, tid, req, opts, slots, owner, scope, question, drain)
-        if opts.return_trace_id:
-            return run, {"X-Podium-Trace-Id": tid}, tid
-        return run, {}, None
-
-    async def answered(run: Run, headers: dict, request: Request):
-        """The finished run's result; a run without an answer is the error it names. A client
-        that goes away first stops the run."""
-        gone = asyncio.ensure_future(_disconnected(request))
-        try:
-            await asyncio.wait((run.task, gone), return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:  # uvicorn gave up on the request: so does the run
-            run.stop(SHUT_DOWN)
-            raise
-        finally:
-            gone.cancel()
-        if not run.task.done():
-            run.stop(CLIENT_GONE)
-            raise ClientDisconnect()
-        if run.task.cancelled() and run.shut_down:
-            raise shutting_down()
-        result = run.task.result()
-        if result.answer is None:
-            err = chat_completions.no_answer_error(result)
-            err.headers.update(headers)
-            raise err
-        return result
-
-    def streaming(events: AsyncIterator[str], headers: dict) -> StreamingResponse:
-        return StreamingResponse(events, media_type="text/event-stream", headers={
-            "Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
-
     # The two routes that run the pipeline: answered by PipelineRoutes, past the router and
     # the exception layers; also plain Starlette routes (no dependency solving, no response
     # model) for what PipelineRoutes passes on.
-    async def chat(request: Request):
-        owner = await auth(request)
-        req, opts = parse_body(await _read_body(request, config.max_request_bytes))
-        cid, tid, created = f"chatcmpl-{uuid.uuid4().hex}", new_id(), int(time.time())
-        run, headers, shown_tid = begin(req, opts, question_of(req.messages), tid, owner,
-                                           request.scope)
-        if req.stream:
-            include = bool(req.stream_options and req.stream_options.include_usage)
-            return streaming(_stream(run, cid, created, req.model, shown_tid, include),
-                             headers)
-        result = await answered(run, headers, request)
-        return JSONResponse(chat_completions.completion_json(cid, created, req.model, result, shown_tid),
-                            headers=headers)
-
-    async def responses(request: Request):
-        owner = await auth(request)
-        req, opts, messages = responses_api.parse_responses_body(
-            await _read_body(request, config.max_request_bytes))
-        ids, tid, created = responses_api.new_ids(), new_id(), int(time.time())
-        run, headers, shown_tid = begin(req, opts, responses_api.question(messages), tid, owner,
-                                           request.scope)
-        if req.stream:
-            return streaming(_stream_response(run, req, ids, created, shown_tid), headers)
-        result = await answered(run, headers, request)
-        return JSONResponse(responses_api.response_json(
-            ids[0], created, req.model, req, output=[responses_api.message_item(ids[2], result.answer)],
-            result=result, trace_id=shown_tid), headers=headers)
-
-    routes = {"/v1/chat/completions": chat, "/v1/responses": responses}
+    routes = {"/v1/chat/completions": server.chat, "/v1/responses": server.responses}
     for path, handler in routes.items():
         app.add_route(path, handler, methods=["POST"])
     app.add_middleware(PipelineRoutes, routes=routes)
