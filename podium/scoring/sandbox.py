@@ -4,86 +4,12 @@
     result.status, result.stdout, result.isolation   # "ok", "cba\\n", ("netns", "pidns", ...)
 
 No call ever raises: a sandbox that cannot be set up is `SandboxResult(status="sandbox_error")`.
-(Cancelling `arun_python` kills the run, cleans up and re-raises `CancelledError`.)
-
-How a run is built, strongest layer first; `SandboxResult.isolation` names what was applied:
-
-* **Namespaces** (`netns`, `pidns`, `mountns`): as root, `unshare --net --mount --pid --fork
-  --kill-child --mount-proc`; as another user, the same inside `--user --map-root-user`.
-  The network namespace has only a loopback device, left down: no internet, and no way to
-  reach servers on the host's localhost (`Limits.network=True` shares the host network).
-  The pid namespace has its own `/proc` (the host's processes, their environments included,
-  are invisible) and dies as a whole: when the first process in it exits or is killed, the
-  kernel kills every other one, so nothing the code forks can outlive the run.
-* **Private /tmp** (`private-tmp`): in the mount namespace a fresh size-capped tmpfs
-  (`Limits.disk_mb`) is mounted on /tmp and bound over /var/tmp, /dev/shm and /run/lock (the
-  usual world-writable places). The code's files are copied there (the mkdtemp directory is then
-  only a staging area, which the launcher deletes as soon as it has read it); inside the sandbox
-  the working directory, HOME and TMPDIR are all /tmp. Nothing is written to the host's /tmp.
-* **Unprivileged user** (`user:<uid>`): as root, the code runs under a fresh uid/gid per run,
-  drawn from 0x70000000-0x7EFFFFFF (a range no distribution or systemd allocates), with no
-  supplementary groups and `no_new_privs`. We do not use `nobody`: one shared uid would share one
-  RLIMIT_NPROC budget between concurrent runs (a fork bomb in one run would make the others fail)
-  and would let concurrent runs signal each other's processes. The uid has no passwd entry, so
-  `getpass.getuser()` fails inside the sandbox; HOME is set. The host's files are readable where
-  they are world-readable and writable nowhere: root-owned directories (the repository, a test's
-  tmp_path) are read-only to it. If the interpreter lives under a directory that other users cannot
-  enter (here: /root/.pyenv under /root, mode 0700), that directory is covered by an empty tmpfs
-  (`hide:/root`) with only the interpreter's directories bound back: the rest of it (credentials
-  and all) is hidden too. As a non-root user there is no other uid to drop to: the code runs as
-  the caller (as mapped root in its user namespace, powerless outside it).
-* **No new namespaces** (`no_new_privs`, `seccomp`): every run gets `no_new_privs` (setuid
-  binaries gain nothing) and a seccomp filter, a classic-BPF program built here with ctypes for
-  x86_64 and aarch64 (podium.scoring.seccomp): `unshare` with a namespace flag, `setns`, and `clone`
-  with any CLONE_NEW* flag fail with EPERM, and `clone3` with ENOSYS (its flags are in memory,
-  out of a filter's reach; libc then falls back to `clone`, so threads, fork and subprocesses
-  work). Without it the code could make a user namespace of its own and, as root in it, mount
-  and unshare at will. A syscall of another ABI (32-bit `int 0x80`, x32) is refused or kills
-  the process: its numbers would dodge the filter. Whether the filter installs and holds is
-  probed once, in a throw-away process; where it does not, runs go on without it and
-  `isolation_problems()` says so.
-* **rlimits** (`rlimits`, `nproc`): RLIMIT_CPU (cpu_s; SIGXCPU, then SIGKILL a second later),
-  RLIMIT_AS (memory_mb), RLIMIT_FSIZE (file_mb; Python then gets `OSError: File too large`),
-  RLIMIT_CORE=0, and RLIMIT_NPROC (processes, threads included) only when the run has its own uid:
-  RLIMIT_NPROC counts every process of the real uid, so for a non-root caller it would count (and
-  be exhausted by) all the caller's own processes. Without it, the pid namespace and the wall-clock
-  kill bound a fork bomb.
-* **Always** (`tmpdir`, `env`): a fresh `mkdtemp` directory per run (removed afterwards), and an
-  environment built from nothing: PATH=/usr/bin:/bin, HOME=TMPDIR=<its directory>, LANG=C.UTF-8,
-  PYTHONHASHSEED=0, and OMP/OPENBLAS/MKL_NUM_THREADS=1 (so numeric libraries neither spawn a thread
-  per core, which RLIMIT_NPROC counts, nor reserve memory per thread, which RLIMIT_AS counts).
-  Nothing comes from the parent, so secrets such as OPENAI_API_KEY never reach the code; reading
-  /proc/<ppid>/environ or /proc/1/environ finds only this scrubbed environment (and, as root, they
-  belong to root and are unreadable to the sandbox uid anyway).
-
-The interpreter is `sys.executable -s main.py`: `-s` skips the user site directory. We do not pass
-`-I`/`-E`: they would make Python ignore PYTHONHASHSEED, and the environment is built from nothing
-anyway, so no PYTHONPATH/PYTHONHOME can leak in. Not `-S` either: code (BigCodeBench) must be able
-to import the virtualenv's packages (numpy, ...). The script's directory is on sys.path, so files
-passed in `files` are importable.
-
-A small launcher (`launcher.py` beside this file, run as `python -I -S launcher.py <json>`;
-the seccomp program is `seccomp.py`) does the in-namespace setup:
-mounts, the per-run uid, rlimits; it forks the code, waits for it (as init of the pid namespace it
-also reaps orphans) and reports the exact exit status and resource use through a pipe, so a
-timeout, a CPU kill and a memory failure can be told apart. If the grading process dies, that
-pipe loses its reader and the launcher kills the run: a sleeping program cannot outlive it.
-A run is classified as
-
-* `timeout`: the wall clock ran out (the whole process group is SIGKILLed), or the CPU limit hit;
-* `memory`: a MemoryError (or "Cannot allocate memory", `bad_alloc`) ends stderr, or a SIGKILL
-  came with the memory limit reached;
-* `error`: any other nonzero exit; `killed`: any other fatal signal; `ok`: exit status 0;
-* `sandbox_error`: the sandbox itself could not be set up (the reason is in `stderr`).
-
-Without `unshare` (or where namespaces are forbidden) the run still gets a private directory, the
-scrubbed environment, rlimits and, as root, its own uid when the interpreter is reachable for it;
-leftover processes of that uid are then killed after the run. What is lost is reported by the
-missing `isolation` entries; `isolation_available()` says what this machine offers, and
-`isolation_problems()` / `isolation_level()` what is missing ("full" when nothing is).
-`require_isolation(task)` is what `podium eval` calls for a task that runs code
-(`uses_sandbox`): it refuses anything short of "full" with a ConfigError unless
-`--allow-unisolated` is given, and the level goes into the run's meta.json.
+Each run gets network, pid and mount namespaces, a private size-capped /tmp, a fresh
+unprivileged uid (as root), `no_new_privs` and a seccomp filter against new namespaces,
+rlimits, and an environment built from nothing; `SandboxResult.isolation` names what was
+applied, and `require_isolation(task)` refuses a code task short of all of it unless
+`--allow-unisolated`. docs/sandbox.md explains each layer, the launcher and how a run is
+classified.
 """
 
 from __future__ import annotations
