@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from podium.scoring import sandbox, seccomp
+from podium.scoring import isolation, sandbox, seccomp
 from podium.scoring.sandbox import (
     isolation_level,
     isolation_problems,
@@ -181,9 +181,9 @@ def test_a_machine_without_a_filter_says_so():
 def test_a_filter_that_cannot_be_installed_is_an_isolation_problem(monkeypatch):
     """Fault injection: the probe fails (as on a kernel without seccomp filters). The runs go
     on without the filter, but the weakness is reported, not silent."""
-    monkeypatch.setattr(sandbox, "_probe_seccomp",
+    monkeypatch.setattr(isolation, "_probe_seccomp",
                         lambda: "seccomp filter could not be installed: [Errno 22] test")
-    monkeypatch.setattr(sandbox, "_HOST", None)
+    monkeypatch.setattr(isolation, "_HOST", None)
     assert any("seccomp filter could not be installed" in p for p in isolation_problems())
     assert isinstance(isolation_level(), list)
     result = run_python("import ctypes; print(ctypes.CDLL(None).unshare(0x10000000))")
@@ -192,7 +192,7 @@ def test_a_filter_that_cannot_be_installed_is_an_isolation_problem(monkeypatch):
 
 
 def test_the_seccomp_probe_passes_here():
-    assert sandbox._probe_seccomp() is None
+    assert isolation._probe_seccomp() is None
     assert sandbox.isolation_available()["seccomp"]
 
 
@@ -239,8 +239,8 @@ cache = false
 # The real CLI, on a machine where the sandbox finds no `unshare` (its probe is told so).
 NO_UNSHARE = """
 import sys
-import podium.scoring.sandbox as sandbox
-sandbox._find_unshare = lambda: None
+import podium.scoring.isolation as isolation
+isolation._find_unshare = lambda: None
 from podium.cli.main import app
 app(prog_name="podium")
 """

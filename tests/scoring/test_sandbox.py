@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import podium
-from podium.scoring import sandbox
+from podium.scoring import isolation, sandbox
 from podium.scoring.sandbox import (
     Limits,
     SandboxResult,
@@ -152,7 +152,7 @@ def test_setup_failure_is_a_sandbox_error(monkeypatch):
 def test_launcher_failure_is_a_sandbox_error(monkeypatch):
     host = sandbox._Host(root=os.geteuid() == 0, unshare=("/usr/bin/unshare", "--no-such-flag"),
                          userns=False, drop_user=False, hide=(), problems=())
-    monkeypatch.setattr(sandbox, "_HOST", host)
+    monkeypatch.setattr(isolation, "_HOST", host)
     result = run_python("print(1)")
     assert result.status == "sandbox_error" and result.returncode is None
     assert "sandbox setup failed" in result.stderr
@@ -436,7 +436,7 @@ def test_fallback_without_namespaces(monkeypatch):
     scrubbed environment, rlimits and the wall-clock kill, and say so."""
     host = sandbox._Host(root=os.geteuid() == 0, unshare=None, userns=False, drop_user=False,
                          hide=(), problems=("test",))
-    monkeypatch.setattr(sandbox, "_HOST", host)
+    monkeypatch.setattr(isolation, "_HOST", host)
     monkeypatch.setenv("PODIUM_SANDBOX_SECRET", "s3cret-fallback")
     result = run_python("import os\nprint(os.environ.get('PODIUM_SANDBOX_SECRET'), "
                         "os.getcwd() == os.environ['HOME'])")
