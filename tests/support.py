@@ -11,6 +11,17 @@ from typing import Any
 import pytest
 
 PODIUM = [sys.executable, "-m", "podium.cli.main"]
+# A team of Python functions: a Conductor that sends the question to worker 0, the adder
+ADDER_POOL = """\
+[conductor]
+backend = "function"
+function = "podium.testing.workers:one_step"
+
+[[workers]]
+name = "adder"
+backend = "function"
+function = "podium.testing.workers:adder"
+"""
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
               "all_proxy")  # the tests talk to localhost servers only: no proxy in between
 

@@ -188,7 +188,7 @@ def run_serve(**options) -> int:
         _log_handler()
         sys.stderr.write(_banner(args, keys, team))
         try:
-            Server(config, app.state.drain).run()
+            Server(config, app.state.server.drain).run()
         except SystemExit:  # uvicorn could not start (it logged why: e.g. the port is in use)
             return _not_started(args, "")
         return 0

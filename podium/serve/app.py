@@ -281,10 +281,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
 
     app = FastAPI(title="podium", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
-    app.state.server = server
-    app.state.slots = server.slots
-    app.state.traces = traces
-    app.state.drain = server.drain
+    app.state.server = server  # its slots, traces and drain, for the server and the tests
     # Starlette's own slash redirect writes an absolute Location from the client's Host
     # header; podium answers a path with a trailing slash with a relative one (see 404)
     app.router.redirect_slashes = False

@@ -70,7 +70,7 @@ def _serve(sock: socket.socket, app: str, options: dict) -> None:
     from podium.serve.shutdown import Server
 
     built = import_from_string(app)()
-    Server(uvicorn.Config(built, **options), built.state.drain).run(sockets=[sock])
+    Server(uvicorn.Config(built, **options), built.state.server.drain).run(sockets=[sock])
 
 
 def supervise(app: str, socks: list[socket.socket], options: dict) -> int:

@@ -26,6 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 Completions = tuple[list[list[int]], list[list[float]] | None]
+# the sampling fields TRL's VLLMClient.generate takes by name; the rest go in generation_kwargs
+CLIENT_FIELDS = ("n", "repetition_penalty", "temperature", "top_p", "top_k", "min_p",
+                 "max_tokens", "logprobs")
 
 
 def sampling(gen: Any) -> dict[str, Any]:
@@ -96,17 +99,12 @@ def request_all(client: Any, base: dict[str, Any], prompt_ids: list[list[int]],
     """One `/v1/completions` request per distinct grammar, sent together; the replies put
     back in the rows' order. `client` is TRL's VLLMClient (any vLLM OpenAI server will do)."""
     groups = by_grammar(grammars)
-    extra = {k: v for k, v in base.items()
-             if k not in ("n", "repetition_penalty", "temperature", "top_p", "top_k", "min_p",
-                          "max_tokens", "logprobs")}
+    fields = {k: base[k] for k in CLIENT_FIELDS}
+    extra = {k: v for k, v in base.items() if k not in CLIENT_FIELDS}
 
     def ask(grammar: str) -> dict[str, Any]:
-        rows = groups[grammar]
         return client.generate(
-            prompts=[prompt_ids[i] for i in rows], n=1,
-            repetition_penalty=base["repetition_penalty"], temperature=base["temperature"],
-            top_p=base["top_p"], top_k=base["top_k"], min_p=base["min_p"],
-            max_tokens=base["max_tokens"], logprobs=base["logprobs"],
+            prompts=[prompt_ids[i] for i in groups[grammar]], **fields,
             generation_kwargs={**extra, "structured_outputs": {"grammar": grammar}})
 
     with ThreadPoolExecutor(max_workers=min(len(groups), 16) or 1) as pool:

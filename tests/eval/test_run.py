@@ -6,20 +6,12 @@ import asyncio
 import json
 
 import pytest
+from support import ADDER_POOL
 
 from podium.errors import ConfigError
 from podium.eval.run import EvalSpec, run_eval
 
-POOL = """
-[conductor]
-backend = "function"
-function = "podium.testing.workers:one_step"
-
-[[workers]]
-name = "adder"
-backend = "function"
-function = "podium.testing.workers:adder"
-
+POOL = ADDER_POOL + """
 [run]
 fewshots = "none"
 cache = false

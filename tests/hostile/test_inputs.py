@@ -18,18 +18,9 @@ from pathlib import Path
 
 import pytest
 import support
-from support import needs_data
+from support import ADDER_POOL, needs_data
 
-POOL = """
-[conductor]
-backend = "function"
-function = "podium.testing.workers:one_step"
-
-[[workers]]
-name = "adder"
-backend = "function"
-function = "podium.testing.workers:adder"
-
+POOL = ADDER_POOL + """
 [run]
 fewshots = "none"
 """

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
-from support import InThreadServer, free_port
+from support import ADDER_POOL, InThreadServer, free_port
 
 from podium.config import load_pool
 from podium.pipeline import Pipeline
@@ -21,16 +21,7 @@ from podium.serve import ServeConfig, create_app
 
 KEY = "sk-podium-test-key-7f3a9c2e51"
 OTHER_KEY = "sk-podium-test-key-second-0b8d"
-POOL = """\
-[conductor]
-backend = "function"
-function = "podium.testing.workers:one_step"
-
-[[workers]]
-name = "adder"
-backend = "function"
-function = "podium.testing.workers:adder"
-
+POOL = ADDER_POOL + """
 [[workers]]
 name = "zero"
 backend = "function"

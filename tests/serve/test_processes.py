@@ -107,7 +107,7 @@ def test_a_shared_folder_has_the_trace_before_its_id_is_returned(pool_file, tmp_
     key = "sk-shared-test-1b2c3d4e"
     with ThreadServer(pool_file, tmp_path / "traces", keys=(key,),
                       shared_traces=shared) as srv:
-        traces = srv.app.state.traces
+        traces = srv.app.state.server.traces
         assert traces.put(trace_store.new_id(), {"n": 0}).result(20)  # the writer is up
         writer = traces._writer._proc
         writer.send_signal(signal.SIGSTOP)

@@ -234,7 +234,7 @@ def test_a_key_does_not_read_a_trace_without_an_owner(server, http):
     tid = new_id()
     (server.config.trace_dir / f"{tid}.json").write_text(json.dumps(
         {"id": tid, "question": "private", "answer": "x"}))
-    store = server.app.state.traces
+    store = server.app.state.server.traces
     assert store.read(tid)["question"] == "private"  # there, and readable without keys
     assert store.read_as(tid, None)["question"] == "private"
     for key in (KEY, OTHER_KEY):
@@ -364,7 +364,7 @@ def test_too_many_requests(pool_file, tmp_path):
             r=http.post("/v1/chat/completions", headers=auth(), json=slow)))
         thread.start()
         deadline = time.monotonic() + 5
-        while srv.app.state.slots.in_flight == 0 and time.monotonic() < deadline:
+        while srv.app.state.server.slots.in_flight == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
         resp = http.post("/v1/chat/completions", headers=auth(), json=body())
         err = error_of(resp, 429)
@@ -517,9 +517,9 @@ def test_a_client_that_leaves_a_stream_cancels_its_run(pool_file, tmp_path):
             lines = resp.iter_lines()
             assert next(lines).startswith("data: ")  # the run has started; now hang up
         deadline = time.monotonic() + 5
-        while srv.app.state.slots.in_flight and time.monotonic() < deadline:
+        while srv.app.state.server.slots.in_flight and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert srv.app.state.slots.in_flight == 0
+        assert srv.app.state.server.slots.in_flight == 0
         assert not list((tmp_path / "traces").iterdir())  # cancelled before it finished
         assert http.post("/v1/chat/completions", headers=auth(), json=body()).status_code == 200
 

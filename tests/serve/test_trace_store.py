@@ -209,7 +209,7 @@ def test_the_trace_writer_starts_with_the_server(pool_file, tmp_path):
     """The writer process is up before the first request, and the first trace goes straight
     into its pipe (no sender thread started for it)."""
     with ThreadServer(pool_file, tmp_path / "traces", keys=(KEY,)) as srv:
-        store = srv.app.state.traces
+        store = srv.app.state.server.traces
         writer = store._writer._proc
         assert writer is not None and writer.poll() is None
         assert store.put(new_id(), {"n": 1}).result(20)
