@@ -29,7 +29,7 @@ PY=${PY:-python3}
 WHEELS="trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pydantic==2.14.4
 pydantic_core==2.50.5 annotated-types==0.7.0 typing-inspection==0.4.2 xgrammar==0.2.8
 apache-tvm-ffi openai==3.60.0 jiter==0.19.0 httpx2==2.16.2 httpcore2 truststore sniffio==1.3.1
-distro==1.9.0 hjson"
+distro==1.9.0 hjson transformers==5.10.4 tokenizers==0.22.2"
 DEEPSPEED=deepspeed==0.19.8
 
 prepare() {

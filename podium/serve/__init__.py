@@ -12,11 +12,14 @@ Modules, in the order a request meets them:
                   constant-time check of `Authorization: Bearer KEY`
     protocol.py   the request body: validation, podium's per-request options, the question
                   built from the conversation
-    app.py        `TeamServer` (the pipeline, run slots (429), traces, key check, and the two
-                  handlers that run the team) and `create_app`, the FastAPI app routing to it
-    chat_completions.py  the Chat Completions replies: bodies, stream chunks, progress
-                  lines, no-answer errors
+    app.py        `create_app`: the FastAPI app, routes only
+    team_server.py  `TeamServer`: the pipeline, run slots (429), traces, key check, and the
+                  two handlers that run the team
+    runs.py       one request's run: its task, slot, trace, progress, and the error of a
+                  run without an answer
+    chat_completions.py  the Chat Completions replies: the body and the stream
     responses_api.py  the Responses API: its request, response object and stream events
+    progress.py   the progress lines a streamed run sends
     traces.py     every request's trace, owner-only, newest N kept, served by id; written by
                   a writer process of its own
     processes.py  `--processes N`: server processes on one port, one socket each

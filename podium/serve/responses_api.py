@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import Field, StrictBool, StrictInt, ValidationError
@@ -51,6 +52,7 @@ from podium.serve.protocol import (
     validated,
     validation_error,
 )
+from podium.serve.runs import CLIENT_GONE, Run, finished, progress_lines
 
 TEXT_TYPES = ("input_text", "output_text", "text")
 
@@ -190,3 +192,50 @@ class EventStream:
                 self.event("response.output_item.done", output_index=1,
                            item=message_item(mid, text))]
         return out
+
+
+async def stream(run: Run, req, ids: tuple[str, str, str], created: int,
+                 tid: str | None) -> AsyncIterator[str]:
+    """The Responses API's events for one run (this module's docstring lists them)."""
+    rid, rsid, mid = ids
+    ev = EventStream()
+
+    def whole(status: str, **more) -> dict:
+        return response_json(rid, created, req.model, req, status=status, trace_id=tid, **more)
+
+    try:
+        yield ev.event("response.created", response=whole("in_progress"))
+        yield ev.event("response.in_progress", response=whole("in_progress"))
+        yield ev.event("response.output_item.added", output_index=0,
+                       item={"type": "reasoning", "id": rsid, "summary": [], "content": [],
+                             "status": "in_progress"})
+        lines: list[str] = []
+        async for line in progress_lines(run):
+            if line is None:
+                yield ": keep-alive\n\n"
+                continue
+            lines.append(line)
+            yield ev.event("response.reasoning_text.delta", item_id=rsid, output_index=0,
+                           content_index=0, delta=line)
+        thought = "".join(lines)
+        reasoning = {"type": "reasoning", "id": rsid, "summary": [], "status": "completed",
+                     "content": [{"type": "reasoning_text", "text": thought}]}
+        yield ev.event("response.reasoning_text.done", item_id=rsid, output_index=0,
+                       content_index=0, text=thought)
+        yield ev.event("response.output_item.done", output_index=0, item=reasoning)
+        result, error = finished(run)
+        if error is not None:
+            body = error.body()["error"]
+            yield ev.event("error", code=body["code"], message=body["message"],
+                           param=body["param"])
+            yield ev.event("response.failed", response=whole(
+                "failed", output=[reasoning], result=result,
+                error={"code": body["code"] or "server_error", "message": body["message"]}))
+            return
+        for event in ev.answer(mid, result.answer):
+            yield event
+        yield ev.event("response.completed", response=whole(
+            "completed", output=[reasoning, message_item(mid, result.answer)],
+            result=result))
+    finally:
+        run.stop(CLIENT_GONE)  # when still running, the client went away: stop paying

@@ -35,7 +35,7 @@ class Drain:
 
     def __init__(self, grace_s: float | None = None) -> None:
         self.grace_s = grace_s  # None: uvicorn's own deadline only (an app run by hand)
-        self.runs: set[Any] = set()  # podium.serve.app.Run, while its task runs
+        self.runs: set[Any] = set()  # podium.serve.runs.Run, while its task runs
         self.deadline: float | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 

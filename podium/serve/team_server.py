@@ -1,0 +1,227 @@
+"""`TeamServer`: what answers the two routes that run the team.
+
+It holds the pipeline (and its one-worker variant for pass-through models), the run slots
+(429 when `max_concurrency` runs are in flight: the server never queues work it cannot start),
+the trace store, the key check and the shutdown drain. One request, top to bottom: check the
+key, read the body (refused past `max_request_bytes` while it is read, not after), validate it
+(`protocol`, `responses_api`), name the model and its sub-pool, take a run slot, start the run
+(`runs`), then answer: the whole reply (`chat_completions.completion_json`,
+`responses_api.response_json`) or its stream (`chat_completions.stream`,
+`responses_api.stream`).
+
+One `Pipeline` serves every request, so each worker's concurrency limit holds across all of
+them (with `podium serve --processes N`, across the requests of one process: the command gives
+each process its share of the limits). A request that changes run settings (recursion,
+budgets) gets a shallow copy of it with those settings: the same clients, cache, Team (its
+semaphores) and Conductor.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from podium.baselines import SOLVE, bare_question
+from podium.errors import ConfigError
+from podium.llm.base import Sampling
+from podium.pipeline import Pipeline, RunResult
+from podium.serve import chat_completions, responses_api
+from podium.serve.auth import KeyCheck
+from podium.serve.errors import ApiError, bad_request
+from podium.serve.protocol import Options, parse_body, question_of
+from podium.serve.runs import Run, Slots, answered, start
+from podium.serve.shutdown import Drain
+from podium.serve.traces import TraceStore, new_id
+from podium.workflow import Workflow
+
+MODEL = "podium"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    keys: tuple[str, ...] = ()
+    max_concurrency: int = 4
+    max_request_bytes: int = 1_000_000
+    trace_dir: str | Path = "runs/serve-traces"
+    trace_keep: int = 1000
+    retry_after_s: int = 1
+    pass_through: bool = False  # each worker also served as a model of its own
+    shared_traces: bool = False  # other processes write the trace folder too (--processes)
+    graceful_timeout_s: float | None = None  # the runs a shutdown may wait for (shutdown.py)
+
+
+class TeamServer:
+    """What serves the team: the pipeline (and its one-worker variant for pass-through models),
+    the run slots, the trace store, the key check and the shutdown drain, with the handlers of
+    the two routes that run the pipeline (`chat`: Chat Completions, `responses`: the Responses
+    API). `create_app` routes requests to it."""
+
+    def __init__(self, config: ServeConfig, pipeline: Pipeline) -> None:
+        self.config, self.pipeline = config, pipeline
+        self.check = KeyCheck(config.keys)
+        self.traces = TraceStore(config.trace_dir, config.trace_keep,
+                                 shared=config.shared_traces)
+        self.slots = Slots(config.max_concurrency)
+        self.drain = Drain(config.graceful_timeout_s)
+        self.names = [w.name for w in pipeline.pool.workers]
+        self.started = int(time.time())
+        self.served = [MODEL, *(self.names if config.pass_through else ())]
+        if config.pass_through and MODEL in self.names:
+            raise ConfigError(f"A worker is named {MODEL!r}, the team's own model name: rename "
+                              "it in the pool to serve workers as models (--pass-through).")
+        self.single = copy.copy(pipeline)  # a pass-through model's runs: the bare question
+        self.single.settings = bare_question(pipeline.settings)
+
+    async def auth(self, request: Request) -> str | None:  # async: FastAPI runs a sync one
+        return self.check(request.headers.get("authorization"))  # in a thread
+
+    async def page_auth(self, request: Request) -> str | None:
+        return self.check(request.headers.get("authorization"), basic=True)
+
+    def model_card(self, model: str) -> dict:
+        return {"id": model, "object": "model", "created": self.started, "owned_by": "podium"}
+
+    def runner(self, req, opts: Options, question: str) -> Callable[[Any], Awaitable[RunResult]]:
+        """How the model asked for answers: the team (the Conductor, on the sub-pool named),
+        or, for a pass-through model, one call to that worker."""
+        answer = req.sampling()
+        if req.model == MODEL:
+            workers = _workers(self.pipeline, opts)
+            pipe = _variant(self.pipeline, opts, answer)
+            return lambda on_event: pipe.ask(question, workers=workers, on_event=on_event)
+        if req.model not in self.served:
+            raise no_model(req.model, self.served)
+        if opts.workers or opts.recursion is not None:
+            raise bad_request(f"workers and recursion are options of the {MODEL!r} model; "
+                              f"{req.model!r} is one worker, asked directly.",
+                              param="workers" if opts.workers else "recursion")
+        pipe = _variant(self.single, opts, answer)
+        flow = Workflow.of([(self.names.index(req.model), SOLVE, ())])
+        return lambda on_event: pipe.run_workflow(question, flow, label=f"worker:{req.model}",
+                                                  on_event=on_event)
+
+    def begin(self, req, opts: Options, question: str, tid: str, owner: str | None,
+              scope: dict) -> tuple[Run, dict, str | None]:
+        """Check the model and its options, take a run slot (429 when none is free), start
+        the run; the trace-id headers and the id shown in the body (only when asked)."""
+        ask = self.runner(req, opts, question)
+        if not self.slots.take():
+            raise ApiError(429, f"The server is running {self.slots.limit} requests, its limit "
+                           "(--max-concurrency). Retry after the Retry-After seconds.",
+                           code="too_many_requests",
+                           headers={"Retry-After": str(self.config.retry_after_s)})
+        run = start(ask, self.names, self.traces, tid, req, opts, self.slots, owner, scope,
+                     question, self.drain)
+        if opts.return_trace_id:
+            return run, {"X-Podium-Trace-Id": tid}, tid
+        return run, {}, None
+
+    @staticmethod
+    def streaming(events: AsyncIterator[str], headers: dict) -> StreamingResponse:
+        return StreamingResponse(events, media_type="text/event-stream", headers={
+            "Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
+
+    async def chat(self, request: Request) -> Response:
+        """POST /v1/chat/completions."""
+        owner = await self.auth(request)
+        req, opts = parse_body(await _read_body(request, self.config.max_request_bytes))
+        cid, tid, created = f"chatcmpl-{uuid.uuid4().hex}", new_id(), int(time.time())
+        run, headers, shown_tid = self.begin(req, opts, question_of(req.messages), tid, owner,
+                                             request.scope)
+        if req.stream:
+            include = bool(req.stream_options and req.stream_options.include_usage)
+            return self.streaming(chat_completions.stream(run, cid, created, req.model, shown_tid, include),
+                                  headers)
+        result = await answered(run, headers, request)
+        return JSONResponse(chat_completions.completion_json(cid, created, req.model, result,
+                                                             shown_tid), headers=headers)
+
+    async def responses(self, request: Request) -> Response:
+        """POST /v1/responses."""
+        owner = await self.auth(request)
+        req, opts, messages = responses_api.parse_responses_body(
+            await _read_body(request, self.config.max_request_bytes))
+        ids, tid, created = responses_api.new_ids(), new_id(), int(time.time())
+        run, headers, shown_tid = self.begin(req, opts, responses_api.question(messages), tid,
+                                             owner, request.scope)
+        if req.stream:
+            return self.streaming(responses_api.stream(run, req, ids, created, shown_tid), headers)
+        result = await answered(run, headers, request)
+        return JSONResponse(responses_api.response_json(
+            ids[0], created, req.model, req,
+            output=[responses_api.message_item(ids[2], result.answer)],
+            result=result, trace_id=shown_tid), headers=headers)
+
+
+def no_model(model: str, served: list[str]) -> ApiError:
+    if len(served) == 1:
+        known = f"this server serves one model, {MODEL!r}. Pass model=\"{MODEL}\"."
+    else:
+        known = (f"this server serves {', '.join(map(repr, served))} ({MODEL!r} is the team; "
+                 "the others are its workers, asked directly).")
+    return ApiError(404, f"The model {model!r} does not exist: {known}", code="model_not_found",
+                    param="model")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is longer than `limit` bytes."""
+    too_big = ApiError(413, f"The request body is larger than this server's limit of {limit} "
+                       "bytes (--max-request-bytes). Send a shorter conversation.",
+                       code="request_too_large")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise too_big
+    size, chunks = 0, []
+    async for piece in request.stream():
+        size += len(piece)
+        if size > limit:
+            raise too_big
+        chunks.append(piece)
+    return b"".join(chunks)
+
+
+def _workers(pipeline: Pipeline, opts: Options) -> list[int] | None:
+    if not opts.workers:
+        return None
+    index = {w.name: i for i, w in enumerate(pipeline.pool.workers)}
+    unknown = [n for n in opts.workers if n not in index]
+    if unknown:
+        raise bad_request(f"workers names {unknown}, which this server's pool does not have; "
+                          f"its workers are: {', '.join(index)}.", param="workers",
+                          code="unknown_worker")
+    return [index[n] for n in opts.workers]
+
+
+def _cap(pool_cap, asked):
+    """A request may lower a budget the pool sets, never raise it."""
+    return asked if pool_cap is None else min(pool_cap, asked)
+
+
+def _variant(pipeline: Pipeline, opts: Options, answer: Sampling | None) -> Pipeline:
+    """`pipeline` with this request's run settings and its answer step's sampling: a shallow
+    copy sharing its clients, cache, Team and Conductor (only `settings` and
+    `answer_sampling` differ; the Conductor's prompt settings are kept)."""
+    s = pipeline.settings
+    update: dict = {}
+    if opts.recursion is not None:
+        update["recursion"] = opts.recursion
+    if opts.max_calls is not None:
+        update["max_calls"] = _cap(s.max_calls, opts.max_calls)
+    if opts.max_total_tokens is not None:
+        update["max_tokens"] = _cap(s.max_tokens, opts.max_total_tokens)
+    if opts.max_cost is not None:
+        update["max_cost"] = _cap(s.max_cost, opts.max_cost)
+    if not update and answer is None:
+        return pipeline
+    pipe = copy.copy(pipeline)
+    pipe.settings = s.model_copy(update=update)
+    pipe.answer_sampling = answer
+    return pipe
