@@ -24,18 +24,26 @@ WORK=${WORK:-/tmp/podium-gpu-check}
 PY=${PY:-python3}
 [ -x .venv/bin/python ] && [ "$MODE" != gpu ] && PY=.venv/bin/python
 
-# The wheels a bare GPU image lacks (it has torch, transformers, accelerate, aiohttp, pyarrow,
-# rich, typer, ...: docs/training.md). Versions are the ones podium's train extra resolves to.
-WHEELS="trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pydantic==2.14.4
-pydantic_core==2.50.5 annotated-types==0.7.0 typing-inspection==0.4.2 xgrammar==0.2.8
-apache-tvm-ffi openai==3.60.0 jiter==0.19.0 httpx2==2.16.2 httpcore2 truststore sniffio==1.3.1
-distro==1.9.0 hjson transformers==5.10.4 tokenizers==0.22.2"
+# The packages a bare GPU image lacks (it has torch, accelerate, aiohttp, pyarrow, rich, typer,
+# ...: docs/training.md), or has at other versions than podium's: each is carried at the
+# version this machine's venv resolved (podium's pins), so the GPU runs what the tests ran.
+# hjson is DeepSpeed's alone (not in the venv): its newest wheel.
+PACKAGES="trl datasets dill multiprocess pydantic pydantic_core annotated-types typing-inspection
+typing_extensions xgrammar apache-tvm-ffi openai jiter httpx2 httpcore2 truststore sniffio
+distro transformers tokenizers"
 DEEPSPEED=deepspeed==0.19.8
 
 prepare() {
     mkdir -p "$GPU_DIR/wheels"
     grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
-    for spec in $WHEELS; do
+    local specs=hjson version
+    for name in $PACKAGES; do
+        version=$("$PY" -c "import importlib.metadata as m; print(m.version('$name'))") ||
+            { echo "$name is not installed in $PY: make venv first"; exit 1; }
+        specs="$specs $name==$version"
+    done
+    rm -rf "$GPU_DIR/wheels"; mkdir -p "$GPU_DIR/wheels"
+    for spec in $specs; do
         "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
             --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
             --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

@@ -233,7 +233,8 @@ def build(config: TrainConfig, *, make_trainer: bool = True,
         raise ConfigError(f"The launcher's variables say {layout.processes} process(es) and "
                           f"the training job has {started}: launch with torchrun or "
                           f"`accelerate launch` ({CPU_LAUNCH}).")
-    params = sum(p.numel() for p in model.parameters())
+    # under ZeRO-3 a parameter holds its shard (often nothing) and `ds_numel` its full size
+    params = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
     plan.lines.insert(1, f"policy      {config.model.path} ({params / 1e6:.1f}M parameters, "
                          f"{next(model.parameters()).dtype})")
     return plan
