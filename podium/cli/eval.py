@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from podium.eval.run import EvalSpec, run_eval
+from podium.eval.summary import Summary
 
 
 def _acc(acc: float | None, se: float | None) -> str:
@@ -29,32 +30,32 @@ def _counts(counts: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items())
 
 
-def summary_table(summary: dict, title: str) -> Table:
+def summary_table(summary: Summary, title: str) -> Table:
     table = Table(title=title, title_justify="left", show_header=False)
     s = summary
-    errors = s["error_classes"]
-    parse = "; ".join(f"round {k}: {_counts(v)}" for k, v in s["parse_failures"].items())
+    errors = s.error_classes
+    parse = "; ".join(f"round {k}: {_counts(v)}" for k, v in s.parse_failures.items())
     rows = [
-        ("accuracy (graded items)", _acc(s["accuracy"], s["stderr"])),
-        ("accuracy (all items)", _acc(s["accuracy_all"], s["stderr_all"])
-         + (" (errors count as wrong)" if s["errors"] else "")),
-        ("items / records", f"{s['items']} / {s['records']} ({s['repeats']} repeats)"),
-        ("graded / errors / skipped", f"{s['graded']} / {s['errors']} / {s['skipped']}"),
-        *([("errors by class", _counts(errors["by_reason"]))] if s["errors"] else []),
-        ("format errors", str(s["format_errors"])),
-        ("calls per item", _f(s["calls_per_item"], ".2f")),
-        ("tokens per item", _f(s["tokens_per_item"], ".0f")),
-        ("cost per item", _f(s["cost_per_item"], ".6f", "$", " (list price)")),
-        ("paid by this run", f"{s['paid_calls']} calls · {s['paid_tokens']} tokens · "
-         + _f(s["paid_cost"], ".6f", "$") + f" · {s['cache_hits']} cache hits"),
-        ("latency per item", _f(s["latency_per_item"], ".2f", suffix=" s")),
-        ("parse failures", _f(s["parse_failure_rate"], ".1%") + (f" ({parse})" if parse else "")),
-        *([("fallbacks", str(s["fallbacks"]))] if s["fallbacks"] else []),
+        ("accuracy (graded items)", _acc(s.accuracy, s.stderr)),
+        ("accuracy (all items)", _acc(s.accuracy_all, s.stderr_all)
+         + (" (errors count as wrong)" if s.errors else "")),
+        ("items / records", f"{s.items} / {s.records} ({s.repeats} repeats)"),
+        ("graded / errors / skipped", f"{s.graded} / {s.errors} / {s.skipped}"),
+        *([("errors by class", _counts(errors.by_reason))] if s.errors else []),
+        ("format errors", str(s.format_errors)),
+        ("calls per item", _f(s.calls_per_item, ".2f")),
+        ("tokens per item", _f(s.tokens_per_item, ".0f")),
+        ("cost per item", _f(s.cost_per_item, ".6f", "$", " (list price)")),
+        ("paid by this run", f"{s.paid_calls} calls · {s.paid_tokens} tokens · "
+         + _f(s.paid_cost, ".6f", "$") + f" · {s.cache_hits} cache hits"),
+        ("latency per item", _f(s.latency_per_item, ".2f", suffix=" s")),
+        ("parse failures", _f(s.parse_failure_rate, ".1%") + (f" ({parse})" if parse else "")),
+        *([("fallbacks", str(s.fallbacks))] if s.fallbacks else []),
         *([("recursion (last round)", ", ".join(
-            f"{d} {v['count']} (acc {v['accuracy']:.0%})" for d, v in s["recursion"].items()))]
-          if s["recursion"] else []),
-        ("steps (count: items)", ", ".join(f"{k}: {v}" for k, v in s["steps"].items())),
-        ("worker selection", ", ".join(f"{k} {v:.0%}" for k, v in s["worker_selection"].items())),
+            f"{d} {v.count} (acc {v.accuracy:.0%})" for d, v in s.recursion.items()))]
+          if s.recursion else []),
+        ("steps (count: items)", ", ".join(f"{k}: {v}" for k, v in s.steps.items())),
+        ("worker selection", ", ".join(f"{k} {v:.0%}" for k, v in s.worker_selection.items())),
     ]
     for k, v in rows:
         table.add_row(k, v)
@@ -65,7 +66,7 @@ def _f(value, fmt: str, prefix: str = "", suffix: str = "") -> str:
     return "-" if value is None else f"{prefix}{value:{fmt}}{suffix}"
 
 
-async def _run(spec: EvalSpec, console: Console) -> dict:
+async def _run(spec: EvalSpec, console: Console) -> Summary:
     """`run_eval` with a progress bar: accuracy, errors and paid cost so far."""
     err = Console(stderr=True)
 
@@ -107,18 +108,18 @@ def eval_command(spec: EvalSpec) -> int:
     return _report_errors(Console(stderr=True), summary)
 
 
-def _report_errors(console: Console, summary: dict) -> int:
+def _report_errors(console: Console, summary: Summary) -> int:
     """Say what failed and how to rerun it; 1 when every attempted item failed."""
-    if not summary["errors"]:
+    if not summary.errors:
         return 0
-    classes = summary["error_classes"]
-    example = classes["example"]
+    classes = summary.error_classes
+    example = classes.example
     console.print(
-        f"[bold yellow]{summary['errors']} item(s) were not scored[/] "
-        f"({_counts(classes['by_reason'])})" + (f", e.g. {escape(example)}" if example else "")
+        f"[bold yellow]{summary.errors} item(s) were not scored[/] "
+        f"({_counts(classes.by_reason)})" + (f", e.g. {escape(example)}" if example else "")
         + ". Fix the cause (an unreachable endpoint, a key, the grader's environment) and rerun "
         "the same command with --retry-errors.", soft_wrap=True)
-    return 1 if summary["graded"] == 0 else 0
+    return 1 if summary.graded == 0 else 0
 
 
 def run_report(folders: list[str], out: str) -> int:

@@ -23,7 +23,7 @@ from typing import Any
 from podium.errors import ConfigError
 from podium.eval.folder import read_meta
 from podium.eval.runner import RECORD_FORMAT, RESULTS, load_results
-from podium.eval.summary import summarize
+from podium.eval.summary import Summary, summarize
 
 
 def load_run(folder: Path) -> dict[str, Any]:
@@ -43,12 +43,12 @@ def load_run(folder: Path) -> dict[str, Any]:
             "warnings": found.warnings(results, then)}
 
 
-def _fmt_acc(s: dict) -> str:
-    errors = f" ({s['errors']} errors)" if s["errors"] else ""
-    if s["accuracy"] is None:
+def _fmt_acc(s: Summary) -> str:
+    errors = f" ({s.errors} errors)" if s.errors else ""
+    if s.accuracy is None:
         return "-" + errors
-    se = f" ± {100 * s['stderr']:.2f}" if s["stderr"] is not None else ""
-    return f"{100 * s['accuracy']:.2f}{se}{errors}"
+    se = f" ± {100 * s.stderr:.2f}" if s.stderr is not None else ""
+    return f"{100 * s.accuracy:.2f}{se}{errors}"
 
 
 def _avg(values: list[float | None]) -> float | None:
@@ -64,13 +64,13 @@ def markdown_table(runs: list[dict]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for system in systems:
         sums = [cell.get((system, t)) for t in tasks]
-        accs = [s["accuracy"] for s in sums if s and s["accuracy"] is not None]
+        accs = [s.accuracy for s in sums if s and s.accuracy is not None]
         avg = f"{100 * sum(accs) / len(accs):.2f}" if accs else "-"
         present = [s for s in sums if s]
-        calls = _avg([s["calls_per_item"] for s in present])
-        tokens = _avg([s["tokens_per_item"] for s in present])
-        cost = _avg([s["cost_per_item"] for s in present])
-        paid = [s["paid_cost"] for s in present]
+        calls = _avg([s.calls_per_item for s in present])
+        tokens = _avg([s.tokens_per_item for s in present])
+        cost = _avg([s.cost_per_item for s in present])
+        paid = [s.paid_cost for s in present]
         row = [system, *[_fmt_acc(s) if s else "-" for s in sums], avg,
                f"{calls:.1f}" if calls is not None else "-",
                f"{tokens:.0f}" if tokens is not None else "-",
@@ -88,16 +88,16 @@ def plots(runs: list[dict], out: Path) -> list[Path]:
 
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    costs = [r["summary"]["cost_per_item"] for r in runs]
+    costs = [r["summary"].cost_per_item for r in runs]
     use_cost = all(c is not None for c in costs) and any(c > 0 for c in costs)
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in runs:
         s = r["summary"]
-        x = s["cost_per_item"] if use_cost else s["tokens_per_item"]
-        if s["accuracy"] is None or x is None:
+        x = s.cost_per_item if use_cost else s.tokens_per_item
+        if s.accuracy is None or x is None:
             continue
-        ax.errorbar(x, 100 * s["accuracy"], yerr=100 * (s["stderr"] or 0), fmt="o", capsize=3)
-        ax.annotate(f"{r['system']} ({r['task']})", (x, 100 * s["accuracy"]), fontsize=7,
+        ax.errorbar(x, 100 * s.accuracy, yerr=100 * (s.stderr or 0), fmt="o", capsize=3)
+        ax.annotate(f"{r['system']} ({r['task']})", (x, 100 * s.accuracy), fontsize=7,
                     xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel("cost per item ($)" if use_cost else "tokens per item")
     ax.set_ylabel("accuracy (%)")
@@ -112,7 +112,7 @@ def plots(runs: list[dict], out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 4))
     width = 0.8 / max(len(runs), 1)
     for i, r in enumerate(runs):
-        steps = {int(k): v for k, v in r["summary"]["steps"].items()}
+        steps = {int(k): v for k, v in r["summary"].steps.items()}
         total = sum(steps.values()) or 1
         ax.bar([k + i * width for k in steps], [100 * v / total for v in steps.values()],
                width=width, label=f"{r['system']} ({r['task']})")
@@ -127,7 +127,7 @@ def plots(runs: list[dict], out: Path) -> list[Path]:
 
     usage: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in runs:
-        for pos, counts in r["summary"]["worker_by_position"].items():
+        for pos, counts in r["summary"].worker_by_position.items():
             for name, n in counts.items():
                 usage[int(pos)][name] += n
     workers = sorted({w for c in usage.values() for w in c})

@@ -10,7 +10,7 @@ repairs a damaged results file, runs every item `repeats` times on the system
     import asyncio
     from podium.eval.run import EvalSpec, run_eval
     summary = asyncio.run(run_eval(EvalSpec(task="gsm8k", out="runs/eval/gsm8k", n=20)))
-    print(summary["accuracy"], summary["stderr"])
+    print(summary.accuracy, summary.stderr)
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from podium.errors import ConfigError
+from podium.eval.summary import Summary, summarize
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,8 @@ OnRecord = Callable[[dict[str, Any]], None]
 
 async def run_eval(spec: EvalSpec, *, on_start: OnStart | None = None,
                    on_record: OnRecord | None = None,
-                   warn: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run `spec` and return its summary (`podium.eval.summary.summarize`, also written to
-    OUT/summary.json). `on_start` hears the run's label, its total attempts and how many a
+                   warn: Callable[[str], None] | None = None) -> Summary:
+    """Run `spec` and return its `Summary` (also written to OUT/summary.json). `on_start` hears the run's label, its total attempts and how many a
     resume already has; `on_record` each new record; `warn` what a person should know (a
     repaired results file, an unisolated code task)."""
     from podium.baselines import blackbox_pool, parse_blackbox
@@ -102,7 +102,7 @@ async def run_eval(spec: EvalSpec, *, on_start: OnStart | None = None,
 async def _run_locked(spec: EvalSpec, task: Any, items: list, pool: Any, settings: Any,
                       split: str, out: Path, task_options: dict[str, Any], isolation: Any,
                       on_start: OnStart | None, on_record: OnRecord | None,
-                      warn: Callable[[str], None]) -> dict[str, Any]:
+                      warn: Callable[[str], None]) -> Summary:
     from podium.baselines import build_system
     from podium.eval.folder import check_meta, fingerprint, local_files
     from podium.eval.runner import (
@@ -114,7 +114,6 @@ async def _run_locked(spec: EvalSpec, task: Any, items: list, pool: Any, setting
         read_results,
         repair_results,
     )
-    from podium.eval.summary import summarize
     from podium.pipeline import Pipeline
 
     path = out / RESULTS
@@ -145,5 +144,5 @@ async def _run_locked(spec: EvalSpec, task: Any, items: list, pool: Any, setting
             on_start(f"{task.name} · {spec.system}", total, min(already, total))
         records = await evaluate(task, system, items, out, config, on_record=on_record)
     summary = summarize(records)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2), "utf-8")
+    (out / "summary.json").write_text(json.dumps(summary.to_json(), indent=2), "utf-8")
     return summary

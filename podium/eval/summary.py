@@ -13,14 +13,75 @@ Every number is read from the records' outcomes (`podium.outcome`); nothing is r
   (the paper's Tables 5-6). What this run paid (cache hits free) is summed over every record.
 * **Recursion**: the last round's decision (kept, revised, format_error, failed) with the
   accuracy of each; parse failures are counted for every round.
+
+`summarize(records)` returns a `Summary`; `Summary.to_json()` is what `summary.json` holds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class ErrorClasses:
+    """The errors (items a failure decided) by class and by "class: reason", with one detail
+    as an example."""
+
+    by_class: dict[str, int]
+    by_reason: dict[str, int]
+    example: str | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How many items' last recursion round made one decision, and their accuracy."""
+
+    count: int
+    accuracy: float
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One evaluation's figures (the module docstring says how each is computed). A figure
+    with nothing to average over is None."""
+
+    items: int
+    records: int
+    repeats: int
+    graded: int  # status "ok": a format error is graded (and wrong)
+    skipped: int
+    errors: int  # a worker or infrastructure failure decided the item
+    error_classes: ErrorClasses
+    accuracy: float | None  # over graded items, mean of the repeats
+    stderr: float | None
+    accuracy_all: float | None  # over graded items and errors (errors count as wrong)
+    stderr_all: float | None
+    per_repeat_accuracy: list[float]
+    format_errors: int
+    calls_per_item: float | None  # what the workflow used, cache hits included
+    tokens_per_item: float | None
+    cost_per_item: float | None  # USD at list price; None when a called model has no price
+    paid_calls: int  # what this run paid: cache hits free
+    paid_tokens: int
+    paid_cost: float | None
+    cache_hits: int
+    latency_per_item: float | None
+    parse_failures: dict[int, dict[str, int]]  # round -> parse reason -> count
+    parse_failure_rate: float | None
+    fallbacks: int
+    recursion: dict[str, Decision]  # the last round's decision -> count, accuracy
+    worker_selection: dict[str, float]  # worker -> share of all steps
+    worker_by_position: dict[int, dict[str, int]]  # step position -> worker -> steps
+    steps: dict[int, int]  # workflow length -> items
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary as `summary.json` holds it."""
+        return dataclasses.asdict(self)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -53,23 +114,23 @@ def _usage(records: list[dict], key: str) -> dict[str, Any]:
     }
 
 
-def _errors(errors: list[dict]) -> dict[str, Any]:
+def _errors(errors: list[dict]) -> ErrorClasses:
     causes = [r.get("cause") or {"class": "infra", "reason": r.get("reason", "")}
               for r in errors]
-    return {
-        "by_class": dict(Counter(c["class"] for c in causes)),
-        "by_reason": dict(Counter(f"{c['class']}: {c['reason']}" for c in causes)),
-        "example": next((c.get("detail") for c in causes if c.get("detail")), None),
-    }
+    return ErrorClasses(
+        by_class=dict(Counter(c["class"] for c in causes)),
+        by_reason=dict(Counter(f"{c['class']}: {c['reason']}" for c in causes)),
+        example=next((c.get("detail") for c in causes if c.get("detail")), None),
+    )
 
 
-def _recursion(records: list[dict]) -> dict[str, Any]:
+def _recursion(records: list[dict]) -> dict[str, Decision]:
     decided = defaultdict(list)
     for r in records:
         rounds = r.get("rounds") or []
         if len(rounds) > 1:
             decided[rounds[-1]["decision"]].append(bool(r.get("correct")))
-    return {d: {"count": len(v), "accuracy": sum(v) / len(v)} for d, v in sorted(decided.items())}
+    return {d: Decision(len(v), sum(v) / len(v)) for d, v in sorted(decided.items())}
 
 
 def _parse_failures(records: list[dict]) -> tuple[dict[int, dict[str, int]], float | None]:
@@ -86,7 +147,7 @@ def _parse_failures(records: list[dict]) -> tuple[dict[int, dict[str, int]], flo
     return {k: dict(c) for k, c in sorted(by_round.items())}, rate
 
 
-def summarize(records: list[dict]) -> dict[str, Any]:
+def summarize(records: list[dict]) -> Summary:
     graded = [r for r in records if r["status"] == "ok"]
     errors = [r for r in records if r["status"] == "error"]
     acc, se, accs = accuracy(graded)
@@ -100,33 +161,33 @@ def summarize(records: list[dict]) -> dict[str, Any]:
             position_usage[i][step["name"]] += 1
     selection = Counter(step["name"] for r in graded for step in r.get("workflow") or [])
     total_steps = sum(selection.values())
-    return {
-        "items": len({r["item"] for r in records}),
-        "records": len(records),
-        "repeats": len({r["repeat"] for r in records}),
-        "graded": len(graded),
-        "skipped": sum(r["status"] == "skipped" for r in records),
-        "errors": len(errors),
-        "error_classes": _errors(errors),
-        "accuracy": acc,
-        "stderr": se,
-        "accuracy_all": acc_all,
-        "stderr_all": se_all,
-        "per_repeat_accuracy": accs,
-        "format_errors": sum(str(r.get("reason", "")).startswith("parse:") for r in graded),
-        "calls_per_item": _mean(used["calls"]),
-        "tokens_per_item": _mean(used["tokens"]),
-        "cost_per_item": _mean(used["cost"]) if used["cost"] is not None else None,
-        "paid_calls": sum(paid["calls"]),
-        "paid_tokens": sum(paid["tokens"]),
-        "paid_cost": sum(paid["cost"]) if paid["cost"] is not None else None,
-        "cache_hits": sum(r.get("cache_hits", 0) for r in records),
-        "latency_per_item": _mean([r["latency_s"] for r in graded if "latency_s" in r]),
-        "parse_failures": parse_by_round,
-        "parse_failure_rate": parse_rate,
-        "fallbacks": sum(bool(r.get("fallback")) for r in graded),
-        "recursion": _recursion(graded),
-        "worker_selection": {k: v / total_steps for k, v in selection.most_common()},
-        "worker_by_position": {i: dict(c) for i, c in sorted(position_usage.items())},
-        "steps": dict(sorted(Counter(len(r.get("workflow") or []) for r in graded).items())),
-    }
+    return Summary(
+        items=len({r["item"] for r in records}),
+        records=len(records),
+        repeats=len({r["repeat"] for r in records}),
+        graded=len(graded),
+        skipped=sum(r["status"] == "skipped" for r in records),
+        errors=len(errors),
+        error_classes=_errors(errors),
+        accuracy=acc,
+        stderr=se,
+        accuracy_all=acc_all,
+        stderr_all=se_all,
+        per_repeat_accuracy=accs,
+        format_errors=sum(str(r.get("reason", "")).startswith("parse:") for r in graded),
+        calls_per_item=_mean(used["calls"]),
+        tokens_per_item=_mean(used["tokens"]),
+        cost_per_item=_mean(used["cost"]) if used["cost"] is not None else None,
+        paid_calls=sum(paid["calls"]),
+        paid_tokens=sum(paid["tokens"]),
+        paid_cost=sum(paid["cost"]) if paid["cost"] is not None else None,
+        cache_hits=sum(r.get("cache_hits", 0) for r in records),
+        latency_per_item=_mean([r["latency_s"] for r in graded if "latency_s" in r]),
+        parse_failures=parse_by_round,
+        parse_failure_rate=parse_rate,
+        fallbacks=sum(bool(r.get("fallback")) for r in graded),
+        recursion=_recursion(graded),
+        worker_selection={k: v / total_steps for k, v in selection.most_common()},
+        worker_by_position={i: dict(c) for i, c in sorted(position_usage.items())},
+        steps=dict(sorted(Counter(len(r.get("workflow") or []) for r in graded).items())),
+    )

@@ -101,10 +101,10 @@ def test_eval_and_report_side_by_side(tmp_path, dataset):
     records = list(read_results(Path(folders[1]) / "results.jsonl").values())
     assert len(records) == 2 * N_ITEMS and all(r["used"]["calls"] == 3 for r in records)
     s = summarize(records)
-    assert s["repeats"] == 2 and s["stderr"] is not None
+    assert s.repeats == 2 and s.stderr is not None
     # every answer is "4": only "What is 2 + 2?" is right, in both repeats
     assert sum(r["correct"] for r in records) == 2
-    assert s["accuracy"] == pytest.approx(1 / N_ITEMS)
+    assert s.accuracy == pytest.approx(1 / N_ITEMS)
     rep = tmp_path / "report"
     proc = subprocess.run(podium_cmd("report", *folders, "--out", str(rep)),
                           capture_output=True, text=True, timeout=120, env=env())

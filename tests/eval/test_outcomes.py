@@ -144,8 +144,8 @@ def assert_infra_errors(records: list[dict], detail: str) -> None:
         assert (r["cause"]["class"], r["cause"]["reason"]) == ("infra", "grader")
         assert detail in r["cause"]["detail"] and r["correct"] is False
     summary = summarize(records)
-    assert summary["error_classes"]["by_class"] == {"infra": len(records)}
-    assert summary["graded"] == 0 and summary["accuracy"] is None
+    assert summary.error_classes.by_class == {"infra": len(records)}
+    assert summary.graded == 0 and summary.accuracy is None
 
 
 def test_a_grader_that_raises_is_an_infra_error(tmp_path):

@@ -35,9 +35,9 @@ def test_a_run_from_python_reports_progress_and_writes_what_the_cli_writes(spec)
                                    on_record=records.append))
     assert len(started) == 1 and started[0][0].endswith("· conductor")
     assert started[0][1:] == (8, 0)  # 4 items x 2 repeats, none done before
-    assert len(records) == 8 and summary["records"] == 8 and summary["accuracy"] == 1.0
+    assert len(records) == 8 and summary.records == 8 and summary.accuracy == 1.0
     out = spec.out
-    assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
+    assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary.to_json()))
     assert len((out / "results.jsonl").read_text().splitlines()) == 8
     again = []  # the same folder again resumes: nothing left to run
     asyncio.run(run_eval(spec, on_start=lambda *a: again.append(a), on_record=records.append))
