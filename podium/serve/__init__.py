@@ -20,8 +20,8 @@ Modules, in the order a request meets them:
     chat_completions.py  the Chat Completions replies: the body and the stream
     responses_api.py  the Responses API: its request, response object and stream events
     progress.py   the progress lines a streamed run sends
-    traces.py     every request's trace, owner-only, newest N kept, served by id; written by
-                  a writer process of its own
+    traces.py     every request's trace, owner-only, newest N kept, served by id
+    trace_writer.py  the process that writes the traces, and the pipe to it
     processes.py  `--processes N`: server processes on one port, one socket each
     errors.py     OpenAI-style error bodies
 
@@ -36,7 +36,7 @@ __all__ = ["MODEL", "ServeConfig", "create_app"]
 
 def __getattr__(name: str):
     """The app's names, imported on first use: the trace writer process
-    (`podium.serve.traces.writer_main`) imports this package without FastAPI."""
+    (`podium.serve.trace_writer.writer_main`) imports this package without FastAPI."""
     if name in __all__:
         from podium.serve import app
 

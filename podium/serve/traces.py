@@ -18,20 +18,8 @@ with the time they were made (`new_id`).
 
 The server hands traces over with `put`, which returns at once, and `read` serves a trace that
 is still waiting from memory, so an id returned with an answer can be fetched straight away.
-The files are written by a writer process of their own (`writer_main`, started by `start` or at
-the first `put`), not by a thread of the server's: every system call of a file write releases
-the GIL, and a thread must then take it back from a busy event loop; those hand-overs cost the
-server a large share of a request's CPU (benchmarks/README.md, serve.py, has the figures). `put` pickles the trace (the writer process makes the JSON);
-on the server's event loop the traces handed over within `BATCH_S` are then written into the
-pipe to the writer process together, by a timer of the loop (one non-blocking system call and
-one wake-up of the writer for them all, no thread woken), elsewhere at once; only when the pipe
-is full does a sender thread take over (`_Writer`). The writer process writes the files,
-deletes the oldest, and acknowledges the traces on its stdout, a batch at most every
-`ACK_EVERY_S` (a thread here reads them and completes `put`'s futures). A writer process that
-dies is replaced and sent every trace still unacknowledged; `close` lets it finish, and writes
-in this process any trace it did not acknowledge (the server calls it at shutdown). Only a
-server process killed outright (SIGKILL, a crash) loses traces: those of its last `BATCH_S`,
-not yet sent.
+The files are written by a writer process of its own (`podium.serve.trace_writer`, started by
+`start` or at the first `put`); `close` lets it finish and writes here what it did not.
 
 `shared=True` is for a folder that several server processes write (`podium serve
 --processes N`): each process re-reads the folder's order every `RESCAN` writes it makes and
@@ -43,21 +31,12 @@ be written (`put`'s future) before it returns that trace's id.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
-import io
 import json
 import logging
 import os
-import pickle
-import queue
 import re
-import select
-import signal
-import struct
-import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -65,14 +44,12 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from podium.files import private_dir
+from podium.serve.trace_writer import UNPICKLABLE, Writer, frame, write_all
 
 log = logging.getLogger("podium.serve")
 
 ID = re.compile(r"^tr-[0-9a-f]{32}$")
 RESCAN = 16
-ACK_EVERY_S = 0.01
-BATCH_S = 0.01  # on an event loop, traces go to the writer process this often at most
-UNPICKLABLE = (pickle.PicklingError, TypeError, AttributeError, ValueError)  # from `_frame`
 
 
 _last_id = [0, 0]  # the millisecond and counter of this process's last id
@@ -98,6 +75,10 @@ def new_id() -> str:
 
 
 class TraceStore:
+    """The trace folder: `put` hands a trace over (readable at once), `read`/`read_as`/`recent`
+    serve traces back, `write` writes one in this thread; `writer` is the process that writes
+    what is handed over, and `unacknowledged`/`acknowledge` are its seam with the store."""
+
     def __init__(self, folder: str | Path, keep: int = 1000, *, shared: bool = False) -> None:
         if keep < 1:
             raise ValueError("keep must be at least 1")
@@ -111,7 +92,7 @@ class TraceStore:
             part.unlink(missing_ok=True)
         self._writes = 0
         self._pending: dict[str, tuple[dict, Future]] = {}
-        self._writer = _Writer(self)
+        self.writer = Writer(self)
 
     def _scan(self) -> deque[str]:
         """The ids of the traces in the folder, oldest first: ids from an older podium
@@ -168,7 +149,7 @@ class TraceStore:
     def put(self, trace_id: str, data: dict, *, wait: bool = False) -> Future:
         """Hand a trace to the writer process; it is readable at once from this process. The
         future is done (True, or False when it could not be written) once the file is. On an
-        event loop the trace goes with the others handed over in the next `BATCH_S`; `wait`
+        event loop the trace goes with the others handed over in the next `trace_writer.BATCH_S`; `wait`
         (the caller will wait for the future) sends it now."""
         if self.path(trace_id) is None:
             raise ValueError(f"not a trace id: {trace_id!r}")
@@ -176,11 +157,11 @@ class TraceStore:
         with self._lock:
             self._pending[trace_id] = (data, written)
         try:
-            frame = _frame(trace_id, data)
+            framed = frame(trace_id, data)
         except UNPICKLABLE as exc:
             self.acknowledge(trace_id, str(exc))
         else:
-            self._writer.offer(frame, wait=wait)
+            self.writer.offer(framed, wait=wait)
         return written
 
     def start(self) -> None:
@@ -188,11 +169,11 @@ class TraceStore:
         is not kept waiting for a Python process to start (~0.2 s: felt by a request that
         waits for its trace, `--processes` with `return_trace_id`). Without it, the first
         `put` starts the writer."""
-        self._writer.start()
+        self.writer.start()
 
     def close(self) -> None:
         """Write every trace handed over, then stop the writer process."""
-        self._writer.stop()
+        self.writer.stop()
 
     def unacknowledged(self) -> list[tuple[str, dict]]:
         """The traces handed over (`put`) that the writer has not yet said are on disk, in
@@ -204,7 +185,7 @@ class TraceStore:
         """The writer's word on one trace: on disk (error None), or not, and why."""
         with self._lock:
             data, written = self._pending.pop(trace_id, (None, None))
-            if error is None and not self._writer.prunes_here:
+            if error is None and not self.writer.prunes_here:
                 self._order.append(trace_id)  # the writer process deleted the oldest
                 while len(self._order) > self.keep:
                     self._order.popleft()
@@ -268,287 +249,12 @@ class TraceStore:
                 log.warning("could not delete old trace %s: %s", old, exc.strerror)
 
 
-# The writer process's program: this podium (wherever it is imported from), `writer_main`.
-WRITER = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
-          "from podium.serve.traces import writer_main; writer_main(sys.argv[1:])")
-
-
-class _Writer:
-    """The writer process (`writer_main` with FOLDER KEEP shared|alone), the pipe to it and
-    the thread that reads its acknowledgements.
-
-    `offer` writes frames straight into the pipe (non-blocking, from the caller's thread:
-    one system call, no thread woken), on an event loop those of `BATCH_S` together. When
-    the pipe is full, or there is no live writer process yet, the frame goes to a backlog
-    that the sender thread writes, blocking; until the backlog is empty every frame joins
-    it, so frames never interleave. For each trace a line `ID ok` or `ID <why not>` comes
-    back, in batches. A writer process that dies is started again and sent every trace still
-    pending (one already on disk is acknowledged, not written twice); at `stop` a trace it
-    never acknowledged is written in this process."""
-
-    def __init__(self, store: TraceStore) -> None:
-        self.store = store
-        self.prunes_here = False  # True once traces had to be written in this process
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
-        self._acks: threading.Thread | None = None
-        self._backlog: list[bytes] = []
-        self._batch: list[bytes] = []
-        self._flush_on: asyncio.AbstractEventLoop | None = None  # its timer sends the batch
-        self._draining = False  # the sender thread owns the pipe until the backlog is empty
-        self._wake: queue.SimpleQueue[bool] = queue.SimpleQueue()  # False: stop
-        self._sender: threading.Thread | None = None
-        self._stopping = False
-
-    def start(self) -> None:
-        with self._lock:
-            if self._proc is None and not self._stopping:
-                self._start()
-
-    def offer(self, frame: bytes, *, wait: bool = False) -> None:
-        """Send `frame` to the writer process. Offered on a running event loop, it goes with
-        every frame offered in the next `BATCH_S`: one write here, one wake-up of the writer
-        for them all. Offered elsewhere, or with `wait` (someone waits for the file), the
-        batch goes now."""
-        with self._lock:
-            self._batch.append(frame)
-            if not wait:
-                if self._flush_on is not None and not self._flush_on.is_closed():
-                    return  # the timer set for the batch's first frame sends this one too
-                try:
-                    self._flush_on = asyncio.get_running_loop()
-                except RuntimeError:
-                    pass
-                else:
-                    self._flush_on.call_later(BATCH_S, self.flush)
-                    return
-            self._flush()
-
-    def flush(self) -> None:
-        """Send the frames offered so far."""
-        with self._lock:
-            self._flush()
-
-    def _flush(self) -> None:
-        """(under the lock) Send the batch: straight into the pipe when it has room (one
-        non-blocking system call), else through the sender thread's backlog."""
-        self._flush_on = None
-        if not self._batch:
-            return
-        frame = b"".join(self._batch)
-        self._batch.clear()
-        if not self._draining and self._proc is not None and \
-                self._proc.returncode is None:  # (the ack thread reaps a writer that died)
-            try:
-                done = os.write(self._proc.stdin.fileno(), frame)
-            except BlockingIOError:
-                done = 0
-            except OSError:
-                done = None  # the writer died: the sender restarts it
-            if done == len(frame):
-                return
-            if done:
-                frame = frame[done:]
-        self._backlog.append(frame)
-        self._drain()
-
-    def _alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def _drain(self) -> None:
-        """(under the lock) Let the sender thread write the backlog."""
-        self._draining = True
-        if self._sender is None:
-            self._sender = threading.Thread(target=self._send, name="podium-traces",
-                                            daemon=True)
-            self._sender.start()
-        self._wake.put(True)
-
-    def _send(self) -> None:
-        """The sender thread: writes the backlog, blocking, until it is empty; starts a
-        writer process when there is none, or a new one (sent every pending trace) when it
-        died."""
-        running = True
-        while running:
-            running = self._wake.get()
-            while True:
-                with self._lock:
-                    if not self._alive():
-                        if self._proc is not None:
-                            log.warning("the trace writer process stopped (code %s); "
-                                        "starting another", self._proc.returncode)
-                        self._start()
-                        self._backlog = [self._pending_frames()]
-                    chunks, self._backlog = self._backlog, []
-                    if not chunks:
-                        self._draining = False
-                        break
-                    fd = self._proc.stdin.fileno()
-                try:
-                    _write_all(fd, b"".join(chunks))
-                except OSError:
-                    continue  # it died: the next round starts another
-            if not running:
-                return
-
-    def _start(self) -> None:
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(self.store.folder), str(self.store.keep),
-             "shared" if self.store.shared else "alone"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
-            start_new_session=True)  # a terminal's Ctrl-C goes to the server, not to it
-        fd = self._proc.stdin.fileno()
-        os.set_blocking(fd, False)
-        with contextlib.suppress(ImportError, AttributeError, OSError):
-            import fcntl
-
-            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)  # Linux: room for ~1 MB of traces
-        self._acks = threading.Thread(target=self._read_acks, args=(self._proc,),
-                                      name="podium-trace-acks", daemon=True)
-        self._acks.start()
-
-    def _pending_frames(self) -> bytes:
-        pending = self.store.unacknowledged()
-        frames = []
-        for tid, data in pending:
-            with contextlib.suppress(*UNPICKLABLE):
-                frames.append(_frame(tid, data))
-        return b"".join(frames)
-
-    def _read_acks(self, proc: subprocess.Popen) -> None:
-        # Buffered: the pipe is unbuffered (bufsize=0, for stdin), and a raw file reads a line
-        # one byte, one system call and one GIL hand-off at a time (14 µs a line, against 0.7).
-        for line in io.BufferedReader(proc.stdout, 1 << 16):
-            trace_id, _, status = line.decode("utf-8", "replace").rstrip("\n").partition(" ")
-            self.store.acknowledge(trace_id, None if status == "ok" else status)
-        proc.wait()
-        with self._lock:
-            if not self._stopping and proc is self._proc:  # died: a new one, every trace
-                self._drain()                              # pending sent to it
-
-    def stop(self) -> None:
-        """Let the sender thread write the backlog, close the writer's input, wait for it to
-        write what it has; write in this process whatever it did not acknowledge."""
-        with self._lock:
-            self._flush()
-            sender = self._sender
-            if sender is not None:
-                self._wake.put(False)
-        if sender is not None:
-            sender.join()
-        with self._lock:
-            self._stopping = True
-            proc, acks = self._proc, self._acks
-        if proc is not None:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            acks.join(10)
-        left = self.store.unacknowledged()
-        if left:
-            self.prunes_here = True
-        for tid, data in left:
-            try:
-                self.store.write(tid, data)
-                self.store.acknowledge(tid, None)
-            except FileExistsError:
-                self.store.acknowledge(tid, None)
-            except (OSError, TypeError, ValueError) as exc:
-                self.store.acknowledge(tid, getattr(exc, "strerror", None) or str(exc))
-
-
-def _frame(trace_id: str, data: dict) -> bytes:
-    """One trace for the writer process: its id and the trace pickled (a few µs where
-    `json.dumps` takes tens: the writer process writes the JSON, off the event loop)."""
-    tid, body = trace_id.encode(), pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
-    return struct.pack("!II", len(tid), len(body)) + tid + body
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """All of `data` to `fd` (a file, or the non-blocking pipe: waiting while it is full)."""
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view):]
-        except BlockingIOError:
-            select.select([], [fd], [])
-
-
-def writer_main(argv: list[str]) -> None:
-    """The writer process: frames from stdin (`_frame`) written as JSON files
-    (`TraceStore.write`, which also retires the oldest), their acknowledgements on stdout at
-    most every `ACK_EVERY_S` (so that the server's reader wakes for batches, not for each
-    trace). It runs in a
-    session of its own and ignores SIGINT, so a terminal's Ctrl-C, which goes to the
-    server's whole process group, stops the server, not it: it stops when its input ends,
-    having written everything it was sent."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _background()
-    folder, keep, mode = argv
-    store = TraceStore(folder, int(keep), shared=mode == "shared")
-    source, out = sys.stdin.buffer.fileno(), sys.stdout.buffer
-    buf, acks, sent = bytearray(), [], time.monotonic()
-
-    def flush() -> None:
-        nonlocal sent, out
-        if acks and out is not None:
-            try:
-                out.write("".join(acks).encode())
-                out.flush()
-            except OSError:  # the server is gone: keep writing what it sent, unacknowledged
-                out = None
-        acks.clear()
-        sent = time.monotonic()
-
-    while True:
-        wait = None if not acks else max(0.0, ACK_EVERY_S - (time.monotonic() - sent))
-        if not select.select([source], [], [], wait)[0]:
-            flush()
-            continue
-        chunk = os.read(source, 1 << 20)
-        if not chunk:
-            break
-        buf += chunk
-        at = 0
-        while len(buf) - at >= 8:
-            n_id, n_body = struct.unpack_from("!II", buf, at)
-            if len(buf) - at < 8 + n_id + n_body:
-                break
-            trace_id = buf[at + 8:at + 8 + n_id].decode()
-            body = bytes(buf[at + 8 + n_id:at + 8 + n_id + n_body])
-            at += 8 + n_id + n_body
-            try:  # the server's own pickle, from its pipe
-                store.write(trace_id, pickle.loads(body))
-                acks.append(f"{trace_id} ok\n")
-            except FileExistsError:  # sent again after a restart: it is there
-                acks.append(f"{trace_id} ok\n")
-            except (OSError, ValueError, TypeError, pickle.UnpicklingError) as exc:
-                why = str(getattr(exc, "strerror", None) or exc).replace("\n", " ")
-                acks.append(f"{trace_id} {why}\n")
-        del buf[:at]
-        if time.monotonic() - sent >= ACK_EVERY_S:
-            flush()
-    flush()
-
-
-def _background() -> None:
-    """Run this process as batch work (Linux's SCHED_BATCH): woken for each trace, it does
-    not preempt the server it writes for in the middle of a request; it still gets its fair
-    share of the CPU, so it keeps up. Elsewhere nothing changes."""
-    with contextlib.suppress(AttributeError, OSError):
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-
-
 def _create(path: Path, text: bytes) -> None:
     """A new owner-only file holding `text`. Ids are unique, so the file never exists: created
     with mode 0600 (the umask can only narrow it), in three system calls."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        _write_all(fd, text)
+        write_all(fd, text)
     finally:
         os.close(fd)
 
@@ -572,7 +278,7 @@ def _recycle(old: Path, path: Path, text: bytes) -> bool:
         fd = os.open(part, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             os.fchmod(fd, 0o600)
-            _write_all(fd, text)
+            write_all(fd, text)
             os.ftruncate(fd, len(text))
         finally:
             os.close(fd)

@@ -109,7 +109,7 @@ def test_a_shared_folder_has_the_trace_before_its_id_is_returned(pool_file, tmp_
                       shared_traces=shared) as srv:
         traces = srv.app.state.server.traces
         assert traces.put(trace_store.new_id(), {"n": 0}).result(20)  # the writer is up
-        writer = traces._writer._proc
+        writer = traces.writer._proc
         writer.send_signal(signal.SIGSTOP)
         got: dict = {}
 

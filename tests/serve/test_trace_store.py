@@ -17,7 +17,8 @@ import uuid
 import pytest
 from serve_helpers import KEY, ThreadServer
 
-from podium.serve.traces import WRITER, TraceStore, _frame, new_id
+from podium.serve.trace_writer import WRITER, frame
+from podium.serve.traces import TraceStore, new_id
 
 
 def test_trace_store_keeps_the_newest(tmp_path):
@@ -120,7 +121,7 @@ def test_traces_handed_over_on_an_event_loop_reach_the_writer_in_one_write(tmp_p
     process together (one write into its pipe, one wake-up of it); `wait` sends at once."""
     store = TraceStore(tmp_path / "t", keep=50)
     store.start()
-    pipe = store._writer._proc.stdin.fileno()
+    pipe = store.writer._proc.stdin.fileno()
     writes: list[int] = []
     real_write = os.write
 
@@ -173,7 +174,7 @@ def test_a_killed_trace_writer_is_replaced_and_loses_nothing(tmp_path, caplog):
     first = [new_id() for _ in range(5)]
     done = [store.put(tid, {"n": i}) for i, tid in enumerate(first)]
     assert all(f.result(20) for f in done)
-    writer = store._writer._proc
+    writer = store.writer._proc
     writer.send_signal(signal.SIGINT)  # ignored: it stops only when its input ends
     time.sleep(0.2)
     assert writer.poll() is None
@@ -198,7 +199,7 @@ def test_the_trace_writer_runs_as_batch_work(tmp_path):
     fair share of the CPU (its nice value is the server's)."""
     store = TraceStore(tmp_path / "t", keep=50)
     assert store.put(new_id(), {"n": 1}).result(20)
-    writer = store._writer._proc.pid
+    writer = store.writer._proc.pid
     assert os.sched_getscheduler(writer) == os.SCHED_BATCH
     assert os.getpriority(os.PRIO_PROCESS, writer) == os.getpriority(os.PRIO_PROCESS, 0)
     assert os.sched_getscheduler(0) != os.SCHED_BATCH  # the server's own policy is untouched
@@ -210,10 +211,10 @@ def test_the_trace_writer_starts_with_the_server(pool_file, tmp_path):
     into its pipe (no sender thread started for it)."""
     with ThreadServer(pool_file, tmp_path / "traces", keys=(KEY,)) as srv:
         store = srv.app.state.server.traces
-        writer = store._writer._proc
+        writer = store.writer._proc
         assert writer is not None and writer.poll() is None
         assert store.put(new_id(), {"n": 1}).result(20)
-        assert store._writer._sender is None and store._writer._proc is writer
+        assert store.writer._sender is None and store.writer._proc is writer
     assert writer.wait(20) == 0  # and it stops with the server
 
 
@@ -223,14 +224,14 @@ def test_a_full_pipe_never_blocks_put(tmp_path):
     meanwhile, and all are written once the writer runs again."""
     store = TraceStore(tmp_path / "t", keep=50)
     assert store.put(new_id(), {"n": -1}).result(20)
-    writer = store._writer._proc
+    writer = store.writer._proc
     writer.send_signal(signal.SIGSTOP)
     try:
         tids = [new_id() for _ in range(20)]
         t0 = time.monotonic()
         done = [store.put(tid, {"n": i, "pad": "x" * 200_000}) for i, tid in enumerate(tids)]
         assert time.monotonic() - t0 < 2
-        assert store._writer._draining and store.read(tids[-1])["n"] == 19
+        assert store.writer._draining and store.read(tids[-1])["n"] == 19
         listed = [row["id"] for row in store.recent(100)]  # as soon as readable, newest first
         assert listed[:20] == tids[::-1] and len(listed) == 21
     finally:  # a failed assertion leaves no stopped process behind
@@ -248,7 +249,7 @@ def test_the_writer_writes_all_it_was_sent_when_the_server_is_gone(tmp_path):
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     proc.stdout.close()
     tids = [new_id() for _ in range(5)]
-    proc.stdin.write(b"".join(_frame(t, {"n": i}) for i, t in enumerate(tids)))
+    proc.stdin.write(b"".join(frame(t, {"n": i}) for i, t in enumerate(tids)))
     proc.stdin.close()
     assert proc.wait(20) == 0
     assert sorted(p.stem for p in (tmp_path / "t").iterdir()) == sorted(tids)
