@@ -57,7 +57,7 @@ async def run_mode(pool, questions, constrained: bool) -> dict:
     rows = []
     for i, q in enumerate(questions):
         t0 = time.perf_counter()
-        turn = await conductor.plan(q)
+        turn = await conductor.write(q)
         rows.append({
             "question": q,
             "valid": turn.workflow is not None,

@@ -80,7 +80,7 @@ class HeldOut:
     equally often), each workflow run by the pipeline and graded by the gym."""
 
     def __init__(self, plan: Any, n: int) -> None:
-        from podium.conductor import plan_messages
+        from podium.conductor import workflow_messages
         from podium.train.data import view_of, with_prompts
 
         self.plan = plan
@@ -89,7 +89,7 @@ class HeldOut:
         # of each family (a third chained with three families), not a random draw's mix
         self.items = self.task.items("test")[:n]
         view = view_of(plan.pool, plan.settings, [])
-        self.rows = with_prompts([{"messages": plan_messages(self.task.format(i), view,
+        self.rows = with_prompts([{"messages": workflow_messages(self.task.format(i), view,
                                                              plan.settings)}
                                   for i in self.items], plan.trainer.processing_class)
 

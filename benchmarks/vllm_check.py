@@ -256,7 +256,7 @@ def rollouts(base_url: str, model: Path, pool_path: Path) -> dict[str, Any]:
     from transformers import AutoTokenizer
     from trl.generation.vllm_client import VLLMClient
 
-    from podium.conductor import grammar_for, plan_messages
+    from podium.conductor import grammar_for, workflow_messages
     from podium.config import load_pool
     from podium.train.data import view_of
     from podium.train.vllm_rollout import request_all
@@ -268,7 +268,7 @@ def rollouts(base_url: str, model: Path, pool_path: Path) -> dict[str, Any]:
     ids, grammars = [], []
     for question, workers in zip(questions(len(shown)), shown, strict=True):
         view = view_of(pool, settings, workers)
-        text = tokenizer.apply_chat_template(plan_messages(question, view, settings),
+        text = tokenizer.apply_chat_template(workflow_messages(question, view, settings),
                                              tokenize=False, continue_final_message=True,
                                              add_generation_prompt=False)
         ids.append(tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -1,6 +1,6 @@
 """The Conductor: render its prompt, generate, parse the workflow; recursion rounds.
 
-`Conductor.plan` runs the root round. `Conductor.revise` runs a recursion round: the Conductor
+`Conductor.write` runs the root round. `Conductor.revise` runs a recursion round: the Conductor
 sees its earlier conversation and the final answer, and either keeps the answer (three empty
 lists, `turn.kept`) or writes a new workflow. Nothing is raised for a bad turn: a parse failure
 (`turn.parse_reason`) and a failed Conductor call (`turn.error`, `turn.error_kind`; an
@@ -59,7 +59,7 @@ def _opens_lists(settings: RunSettings) -> bool:
     return get_prompt(settings.prompt).prefill.rstrip().endswith(OPENING)
 
 
-def plan_messages(question: str, view: PoolView, settings: RunSettings) -> list[Message]:
+def workflow_messages(question: str, view: PoolView, settings: RunSettings) -> list[Message]:
     """The root-round prompt for `question` shown `view`: what the Conductor is asked at
     inference, and what a trainer's policy is prompted with."""
     return conductor_messages(question, view.entries, prompt=settings.prompt,
@@ -208,10 +208,12 @@ class Conductor:
             return {"parse_reason": exc.reason, "parse_detail": exc.detail}
         return {"workflow": view.to_pool_workflow(shown)}
 
-    async def plan(self, question: str, *, sample_id: int | str = 0,
-                   view: PoolView | None = None) -> ConductorTurn:
+    async def write(self, question: str, *, sample_id: int | str = 0,
+                    view: PoolView | None = None) -> ConductorTurn:
+        """Round 0: the workflow the Conductor writes for `question`, shown the workers of
+        `view` (the whole pool by default)."""
         view = view or self.view
-        messages = plan_messages(question, view, self.settings)
+        messages = workflow_messages(question, view, self.settings)
         return await self._generate(0, messages, view, allow_empty=False, sample_id=sample_id)
 
     async def revise(self, previous: ConductorTurn, answer: str, *,

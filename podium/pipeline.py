@@ -4,7 +4,7 @@
         result = await pipe.ask("What is 17 * 3?")
     print(result.answer)
 
-Round 0: the Conductor plans; if its output does not parse and `run.fallback` is on, a single
+Round 0: the Conductor writes a workflow; if its output does not parse and `run.fallback` is on, a single
 step on `run.fallback_worker` answers instead (`turn.fallback`, said plainly in every output).
 If the Conductor call itself fails (unreachable, bad key), there is no fallback: the failure is
 recorded on the turn and there is no answer. Then the executor runs the workflow. Each recursion
@@ -218,7 +218,7 @@ class Pipeline:
         _check_question(question)
         t0 = time.perf_counter()
         view = self._view(workers)
-        turn = await self.conductor.plan(question, sample_id=sample_id, view=view)
+        turn = await self.conductor.write(question, sample_id=sample_id, view=view)
         return await self._run(question, turn, view, sample_id, on_event, t0)
 
     async def run_completion(self, question: str, completion: str, *, messages: list,

@@ -7,7 +7,7 @@ paper: 240 items per task with seeds 42, 44, 45, 46, shuffled with 47; PAPER.md 
 `data.balance` the shuffled rows are interleaved round-robin by task and gym family, so each
 step can see one question of each kind (balanced batches).
 
-A row holds the Conductor's prompt built exactly as at inference (`plan_messages`: the run
+A row holds the Conductor's prompt built exactly as at inference (`workflow_messages`: the run
 settings' template, ending with the assistant prefill), the formatted question the workers
 see, the task and item it grades against, and the pool indices of its sub-pool (empty: the
 whole pool). `with_prompts` renders each row's messages with the policy's chat template into
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Any
 
-from podium.conductor import plan_messages
+from podium.conductor import workflow_messages
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
 from podium.subpool import PoolView, make_view, sample_subpool
@@ -114,7 +114,7 @@ def build_data(spec: DataSection, subpool: SubpoolSection, pool: Pool,
     for name, item in drawn:
         workers = _subpool(pool, subpool, rng)
         question = tasks[name].format(item)
-        rows.append({"messages": plan_messages(question, view_of(pool, settings, workers),
+        rows.append({"messages": workflow_messages(question, view_of(pool, settings, workers),
                                                settings),
                      "question": question, "task": name, "item": item.id, "workers": workers})
     return TrainingData(rows, tasks, items, missing)
