@@ -47,31 +47,56 @@ def card_of(pool: Pool, settings: RunSettings, **extra: Any) -> dict[str, Any]:
 
 
 def write_card(folder: Path, card: dict[str, Any]) -> None:
-    """The card and a README.md model card, written into `folder`."""
+    """The card and a README.md model card, written into `folder`: the one model card of a
+    trained Conductor (TRL's own is not written), naming the base model, the pool, the recipe,
+    the steps, the held-out figures and the commands that use it."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / CARD).write_text(json.dumps(card, indent=2, ensure_ascii=False), "utf-8")
+    (folder / "README.md").write_text(model_card(folder, card), "utf-8")
+
+
+def model_card(folder: Path, card: dict[str, Any]) -> str:
+    """The README.md of a checkpoint folder, from its card."""
     workers = "\n".join(f"| {w['id']} | {w['name']} | {w['backend']} | {w['model']} |"
                         for w in card["pool"])
-    metrics = "\n".join(f"- {k}: {v}" for k, v in (card.get("metrics") or {}).items())
-    (folder / "README.md").write_text(f"""# A podium Conductor
+    metrics = "\n".join(f"- {k}: {v}" for k, v in (card.get("metrics") or {}).items()
+                        if not k.startswith("podium/worker"))
+    held = card.get("heldout")
+    heldout = ("Held-out accuracy (greedy, under the grammar): "
+               f"{100 * held['accuracy']:.1f}% at step {held['step']} on {held['n']} "
+               f"{held['task']} questions ({held['split']} split); the best of the run "
+               f"{100 * held['best']:.1f}% at step {held['best_step']}.\n"
+               if held else "No held-out evaluation ran (the recipe's [heldout] section).\n")
+    pool = card.get("pool_source") or "POOL.toml"
+    pool_arg = "" if pool.startswith("<") else f" --pool {pool}"
+    return f"""# A podium Conductor
 
 Trained with `podium train` (GRPO) from `{card.get('base_model', '?')}` on the recipe
 `{card.get('recipe', '?')}` for {card.get('steps', '?')} steps.
 
-It plans workflows for this pool, whose workers it knows only by id; run it with the same pool
+It writes workflows for this pool, whose workers it knows only by id; run it with the same pool
 (or a sub-pool of it):
 
 | id | name | backend | model |
 |---|---|---|---|
 {workers}
 
+{heldout}
+Use it:
+
+```bash
+podium ask "What is 17 * 3?" --conductor {folder}{pool_arg}
+podium serve --conductor {folder}{pool_arg}        # an OpenAI-compatible server
+podium export {folder} --gguf conductor.gguf        # for the embedded llama.cpp backend
+```
+
 Prompt settings: `{json.dumps(card['run'])}`.
 
 Training data: {json.dumps(card.get('data', {}))}.
 
-Last logged metrics:
+Last logged training metrics:
 {metrics or '- (none)'}
-""", "utf-8")
+"""
 
 
 def card_path(source: str | Path) -> Path:

@@ -1,4 +1,5 @@
-"""Helpers the tests share: a free localhost port and the `podium` CLI in a subprocess."""
+"""Helpers the tests share: a free localhost port, the `podium` CLI in a subprocess, an
+in-thread server, a tiny policy."""
 
 from __future__ import annotations
 
@@ -92,3 +93,18 @@ def _benchmark_data() -> Any:
 DATA = _benchmark_data()  # the offline benchmark files (../shared/data), or None
 needs_data = pytest.mark.skipif(
     DATA is None, reason="no ../shared/data benchmark directory (or $PODIUM_DATA_DIR)")
+
+
+def tiny_llama(tokenizer, seed: int = 0):
+    """A tiny Llama (2 layers, hidden 32) with the bundled tokenizer's vocabulary, built from a
+    config: a real policy for tests that measure what training does with it, not how well it
+    writes (a GRPO step in a second or two, where the bundled 135M model takes tens)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True))

@@ -22,8 +22,25 @@ MISMATCH_OPT = typer.Option(False, "--allow-pool-mismatch", help="Run a checkpoi
                             "it was not trained on.")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed = version("podium")
+        except PackageNotFoundError:  # run from a source tree that is not installed
+            import podium
+
+            installed = podium.__version__
+        typer.echo(f"podium {installed} (Python {sys.version.split()[0]})")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print podium's version and exit."),
+) -> None:
     """Run a Conductor: a small LLM that writes workflows for a team of worker LLMs."""
 
 
@@ -145,9 +162,15 @@ def tasks_cmd(debug: bool = typer.Option(False, "--debug", help="Show tracebacks
     raise typer.Exit(_guard(run, debug))
 
 
-@app.command("train")
+train_app = typer.Typer(help="Train a Conductor with GRPO: rewards are the team's graded "
+                        "answers. `podium train plot RUN` draws a run's learning curve.")
+app.add_typer(train_app, name="train")
+
+
+@train_app.callback(invoke_without_command=True)
 def train_cmd(
-    config: str = typer.Option(..., "--config", "-c", help="Training config (TOML); "
+    ctx: typer.Context,
+    config: str = typer.Option(None, "--config", "-c", help="Training config (TOML); "
                                "configs/train/ has recipes."),
     overrides: list[str] = typer.Option(None, "--set", help="Override a config key: "
                                         "section.key=value (repeatable)."),
@@ -158,9 +181,30 @@ def train_cmd(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Train a Conductor with GRPO: rewards are the team's graded answers."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if config is None:
+        raise typer.BadParameter("a training config is required (configs/train/ has "
+                                 "recipes), or a command such as `plot`.",
+                                 param_hint="'--config' / '-c'")
     from podium.cli.train import run_train
 
     raise typer.Exit(_guard(lambda: run_train(config, overrides or [], dry_run, resume), debug))
+
+
+@train_app.command("plot")
+def train_plot_cmd(
+    runs: list[str] = typer.Argument(..., help="Output folders of `podium train` runs (each "
+                                     "holds metrics.jsonl)."),
+    out: str = typer.Option(None, "--out", "-o", help="The PNG to write (default: RUN/"
+                            "learning_curve.png for one run, learning_curves.png here for "
+                            "several)."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Draw the learning curve of one or several training runs (several on one figure)."""
+    from podium.cli.train import run_plot
+
+    raise typer.Exit(_guard(lambda: run_plot(runs, out), debug))
 
 
 @app.command("export")

@@ -32,7 +32,9 @@ import gc
 import json
 import logging
 import os
+import shutil
 import sys
+import tempfile
 from dataclasses import asdict, dataclass
 
 from podium.config import Pool, split_limits
@@ -206,9 +208,19 @@ def run_serve(**options) -> int:
     except OSError as exc:
         return _not_started(args, f" ({exc.strerror or exc})")
     os.environ[ARGS_ENV] = json.dumps(asdict(args))
+    # one /metrics over every process: prometheus-client's multiprocess mode, a folder the
+    # processes share (the user's own PROMETHEUS_MULTIPROC_DIR is kept)
+    metrics_dir = None
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        metrics_dir = tempfile.mkdtemp(prefix="podium-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     _log_handler()
     sys.stderr.write(_banner(args, keys, team))
-    return supervise("podium.cli.serve:process_app", socks, options)
+    try:
+        return supervise("podium.cli.serve:process_app", socks, options)
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 def _not_started(args: ServeArgs, why: str) -> int:

@@ -47,3 +47,16 @@ def run_train(config: str, overrides: list[str], dry_run: bool, resume: bool) ->
     console.print(f"Trained Conductor: {final} (metrics: {cfg.output.dir}/metrics.jsonl, "
                   f"transcripts: {cfg.output.dir}/transcripts.jsonl)")
     return 0
+
+
+def run_plot(runs: list[str], out: str | None) -> int:
+    """`podium train plot`: the learning curve of one run (into its folder) or several."""
+    from pathlib import Path
+
+    from podium.train.curve import CURVE, plot_runs
+
+    folders = [Path(r) for r in runs]
+    target = Path(out) if out else (folders[0] / CURVE if len(folders) == 1
+                                    else Path("learning_curves.png"))
+    Console().print(f"Wrote {plot_runs(folders, target)}")
+    return 0

@@ -24,10 +24,12 @@ RUN_NOTE = "podium.run"  # the scope key the routes put a run's outcome under
 
 
 class AccessLog:
-    """Pure ASGI middleware: `app` with one log line per HTTP request."""
+    """Pure ASGI middleware: `app` with one log line per HTTP request, each also counted in
+    `metrics` (`podium.serve.metrics.ServeMetrics`) when given."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, metrics: Any = None) -> None:
         self.app = app
+        self.metrics = metrics
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -47,7 +49,10 @@ class AccessLog:
         finally:
             client = scope.get("client")
             note = scope.get(RUN_NOTE)
+            took = time.perf_counter() - t0
             log.info('%s "%s %s HTTP/%s" %d %.3fs%s',
                      f"{client[0]}:{client[1]}" if client else "-", scope["method"],
                      scope["path"], scope.get("http_version", "1.1"), status or 500,
-                     time.perf_counter() - t0, f" {note}" if note else "")
+                     took, f" {note}" if note else "")
+            if self.metrics is not None:
+                self.metrics.answered(scope, status or 500, took)

@@ -9,6 +9,7 @@
     GET  /traces, /traces/{id}  the trace viewer: the key's recent traces, one trace drawn
                                 (podium.viewer; a browser may send the key as the Basic-auth
                                 password)
+    GET  /metrics               the server's figures in Prometheus' format (podium.serve.metrics)
     GET  /health                {"status": "ok"} (HEAD too); the only route without a key
 
 With `pass_through` (`podium serve --pass-through`) every worker is also a model of its own,
@@ -39,6 +40,7 @@ from starlette.routing import Match
 from podium.pipeline import Pipeline
 from podium.serve.access import AccessLog
 from podium.serve.errors import ApiError
+from podium.serve.metrics import ERROR
 from podium.serve.pipeline_routes import PipelineRoutes, unexpected
 from podium.serve.team_server import MODEL, ServeConfig, TeamServer, no_model
 from podium.viewer import index_page, trace_page
@@ -69,6 +71,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        request.scope[ERROR] = exc.code or "error"
         return exc.response()
 
     @app.exception_handler(StarletteHTTPException)
@@ -78,11 +81,14 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
         if exc.status_code == 404:
             msg = (f"No route {request.method} {request.url.path}. The routes are POST "
                    "/v1/chat/completions, POST /v1/responses, GET /v1/models, "
-                   "GET /v1/traces/{id}, GET /traces, GET /traces/{id}, GET /health.")
+                   "GET /v1/traces/{id}, GET /traces, GET /traces/{id}, GET /metrics, GET /health.")
+            request.scope[ERROR] = "not_found"
             return ApiError(404, msg, code="not_found").response()
         if exc.status_code == 405:
+            request.scope[ERROR] = "method_not_allowed"
             return ApiError(405, f"{request.method} is not allowed on {request.url.path}.",
                             code="method_not_allowed").response()
+        request.scope[ERROR] = str(exc.status_code)
         return ApiError(exc.status_code, str(exc.detail)).response()
 
     @app.exception_handler(Exception)  # what PipelineRoutes, inside it, did not answer
@@ -92,6 +98,11 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: load balancers' probes
     async def health() -> dict:
         return {"status": "ok"}
+
+    @app.get("/metrics", dependencies=[Depends(server.auth)])
+    async def metrics() -> Response:
+        body, kind = server.metrics.page()
+        return Response(body, media_type=kind)
 
     @app.get("/v1/models", dependencies=[Depends(server.auth)])
     async def models() -> dict:
@@ -132,7 +143,8 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     for path, handler in routes.items():
         app.add_route(path, handler, methods=["POST"])
     app.add_middleware(PipelineRoutes, routes=routes)
-    app.add_middleware(AccessLog)  # added last: the outermost, so it sees every request
+    # added last: the outermost, so it sees (and counts) every request
+    app.add_middleware(AccessLog, metrics=server.metrics)
     return app
 
 

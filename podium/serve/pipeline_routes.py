@@ -29,6 +29,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from podium.serve.errors import ApiError
+from podium.serve.metrics import ERROR
 
 log = logging.getLogger("podium.serve")
 
@@ -38,6 +39,7 @@ Handler = Callable[[Request], Awaitable[Response]]
 def unexpected(request: Request, exc: BaseException) -> Response:
     """The 500 for an exception no route expected, logged with its traceback."""
     log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    request.scope[ERROR] = "internal"
     return ApiError(500, f"podium failed unexpectedly ({type(exc).__name__}); the server log "
                     "has the traceback.", code="internal").response()
 
@@ -81,5 +83,6 @@ async def _answer(handler: Handler, scope: dict, receive: Any, send: Any) -> Non
     try:
         response = await handler(Request(scope, receive, send))
     except ApiError as exc:
+        scope[ERROR] = exc.code or "error"
         response = exc.response()
     await response(scope, receive, send)

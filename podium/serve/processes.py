@@ -73,6 +73,14 @@ def _serve(sock: socket.socket, app: str, options: dict) -> None:
     Server(uvicorn.Config(built, **options), built.state.server.drain).run(sockets=[sock])
 
 
+def _forget(pid: int) -> None:
+    """Drop a dead process's live gauges from the shared metrics (multiprocess mode)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)
+
+
 def supervise(app: str, socks: list[socket.socket], options: dict) -> int:
     """Serve the app factory `app` (an import string) in one process per socket until SIGTERM
     or SIGINT; `options` are uvicorn.Config's. 0, or 2 when a process could not start."""
@@ -107,6 +115,7 @@ def supervise(app: str, socks: list[socket.socket], options: dict) -> int:
                     break
                 log.warning("server process %d exited (code %s); starting another", proc.pid,
                             proc.exitcode)
+                _forget(proc.pid)
                 procs[i] = start(socks[i])
     finally:
         for proc in procs:

@@ -6,7 +6,8 @@ without `"type": "message"`), `instructions` is a system message before them, an
 conversation becomes one question exactly as for chat completions (`protocol.question_of`).
 podium's per-request options (`workers`, `recursion`, `max_calls`, `max_cost`,
 `return_trace_id`) are read the same way, from the top level (`extra_body`) or `metadata`.
-Tools, `previous_response_id` and non-text input are refused with a 400 naming the field.
+Tools, `previous_response_id`, `store: true` (no Response is kept to fetch again; the trace is)
+and non-text input are refused with a 400 naming the field.
 
 The response holds one `message` output item with one `output_text` part (the team's answer,
 as the pipeline gives it; `response.output_text` in the openai client), `usage` as
@@ -80,6 +81,12 @@ def parse_responses_body(raw: bytes) -> tuple[ResponsesRequest, Options, list[Ch
             raise bad_request(f"'{key}' is not supported by the podium model: it answers the "
                               "conversation it is sent with text. Leave it out.", param=key,
                               code="unsupported_parameter")
+    if data.get("store") not in (None, False):
+        raise bad_request("'store' can only be false for the podium model: it keeps no "
+                          "Response objects to fetch again (GET /v1/responses/{id}). Its "
+                          "trace is kept instead: pass return_trace_id and read GET "
+                          "/v1/traces/{id}. Leave 'store' out or set it to false.",
+                          param="store", code="unsupported_value")
     return req, options_of(data, req.metadata or {}), _messages(req)
 
 

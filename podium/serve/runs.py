@@ -24,6 +24,7 @@ from podium.pipeline import RunResult
 from podium.serve import progress
 from podium.serve.access import RUN_NOTE
 from podium.serve.errors import ApiError, bad_request
+from podium.serve.metrics import USAGE
 from podium.serve.protocol import Options
 from podium.serve.shutdown import SHUT_DOWN, Drain
 from podium.serve.traces import TraceStore
@@ -35,20 +36,26 @@ CLIENT_GONE = "the client went away before the answer"
 
 
 class Slots:
-    """At most `limit` runs in flight; `take` says no instead of waiting."""
+    """At most `limit` runs in flight; `take` says no instead of waiting. `gauge` (a
+    prometheus-client Gauge) follows the count."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, gauge: Any = None) -> None:
         self.limit = limit
         self.in_flight = 0
+        self.gauge = gauge
 
     def take(self) -> bool:
         if self.in_flight >= self.limit:
             return False
         self.in_flight += 1
+        if self.gauge is not None:
+            self.gauge.inc()
         return True
 
     def give(self) -> None:
         self.in_flight -= 1
+        if self.gauge is not None:
+            self.gauge.dec()
 
 
 @dataclass(eq=False)  # hashed by identity: the drain keeps a set of them
@@ -138,6 +145,8 @@ def start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces: 
         written = traces.put(tid, data, wait=wait)  # written by the store's process, readable now
         if wait:
             await asyncio.wrap_future(written)
+        used = result.outcome.used
+        scope[USAGE] = (used.prompt_tokens, used.completion_tokens, used.calls)
         cause = result.outcome.cause
         outcome = ("answered" if result.answer is not None
                    else f"no answer ({cause.reason if cause else '?'})")

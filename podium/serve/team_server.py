@@ -36,6 +36,7 @@ from podium.pipeline import Pipeline, RunResult
 from podium.serve import chat_completions, responses_api
 from podium.serve.auth import KeyCheck
 from podium.serve.errors import ApiError, bad_request
+from podium.serve.metrics import ServeMetrics
 from podium.serve.protocol import Options, parse_body, question_of
 from podium.serve.runs import Run, Slots, answered, start
 from podium.serve.shutdown import Drain
@@ -69,7 +70,8 @@ class TeamServer:
         self.check = KeyCheck(config.keys)
         self.traces = TraceStore(config.trace_dir, config.trace_keep,
                                  shared=config.shared_traces)
-        self.slots = Slots(config.max_concurrency)
+        self.metrics = ServeMetrics()
+        self.slots = Slots(config.max_concurrency, self.metrics.in_flight)
         self.drain = Drain(config.graceful_timeout_s)
         self.names = [w.name for w in pipeline.pool.workers]
         self.started = int(time.time())

@@ -191,9 +191,11 @@ class GRPOSection(_Section):
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus (0: none).")
     seed: int = Field(42, description="Seed of sampling and of the trainer.")
     save_steps: int = Field(20, ge=1, description="Checkpoint every N steps.")
-    save_total_limit: int | None = Field(None, ge=1, description="Keep only the newest N "
-                                         "checkpoint-N folders (none: keep all; a ZeRO-3 "
-                                         "checkpoint of a 7B policy is ~100 GB).")
+    save_total_limit: int | None = Field(2, ge=1, description="Keep only the newest N "
+                                         "checkpoint-N folders, each resumable (optimizer "
+                                         "state: a 135M policy's is 1.6 GB, a ZeRO-3 7B's "
+                                         "~100 GB); none: keep all. final/ and best/ hold "
+                                         "the model alone.")
     collective_timeout_s: int = Field(7200, ge=60, description="How long a process waits at "
                                       "a collective for the others (torch.distributed's "
                                       "timeout): the slowest process's workflows of a step "
@@ -202,7 +204,10 @@ class GRPOSection(_Section):
     bf16: bool | None = Field(None, description="none = on with a GPU, off on CPU.")
     gradient_checkpointing: bool | None = Field(None, description="Recompute activations in "
                                                 "the backward pass; none = on with a GPU.")
-    report_to: tuple[str, ...] = Field((), description="e.g. ['tensorboard'] or ['wandb'].")
+    report_to: tuple[str, ...] = Field(
+        ("tensorboard",), description="Where metrics go besides metrics.jsonl: 'tensorboard' "
+        "(logs in OUTPUT/runs: tensorboard --logdir OUTPUT), 'wandb', 'trackio', ...; [] "
+        "for none.")
     use_vllm: bool = Field(False, description="Generate with vLLM (GPU recipes).")
     vllm_mode: Literal["server", "colocate"] = Field(
         "server", description="server: a separate `trl vllm-serve` (the paper's setup); "
@@ -214,6 +219,22 @@ class GRPOSection(_Section):
         False, description="With vLLM: TRL's importance-sampling correction for the gap "
         "between vLLM's and the trainer's log-probabilities (on by default in TRL 1.16; the "
         "paper's TRL had none, so off here; refused with constrained rollouts).")
+
+
+class HeldOutSection(_Section):
+    task: str | None = Field(None, description="Evaluate the policy on this task's held-out "
+                             "questions every `every` steps (greedy, under the grammar when the "
+                             "rollouts are), logged as heldout/accuracy, the best step kept as "
+                             "best/: a registered task or jsonl:FILE; a task of the training "
+                             "mix keeps its options. None: no held-out evaluation.")
+    split: str = Field("test", description="The split the questions come from (never the "
+                       "training split).")
+    n: int | None = Field(30, ge=1, description="Questions drawn from the split (seeded); "
+                          "none = all.")
+    seed: int = Field(0, description="Seed of the draw.")
+    every: int = Field(5, ge=1, description="Evaluate every N steps (and after the last).")
+    options: dict[str, Any] = Field(default_factory=dict, description="Task options (none: "
+                                    "the training mix's, for a task in it).")
 
 
 class OutputSection(_Section):
@@ -232,6 +253,7 @@ class TrainConfig(_Section):
     subpool: SubpoolSection = SubpoolSection()
     recursion: RecursionSection = RecursionSection()
     grpo: GRPOSection = GRPOSection()
+    heldout: HeldOutSection = HeldOutSection()
     run: dict[str, Any] = Field(default_factory=dict, description="Run settings ([run] keys of "
                                 "a pool file) over the pool's own, e.g. max_steps, fewshots.")
     output: OutputSection = OutputSection()
@@ -243,6 +265,10 @@ class TrainConfig(_Section):
             RunSettings(**self.run)
         except ValidationError as e:
             raise ValueError(f"[run]: {_errors(e)}") from None
+        h = self.heldout
+        if any(s.name == h.task and s.split == h.split for s in self.data.tasks):
+            raise ValueError(f"heldout: the {h.task} questions of split {h.split!r} are trained "
+                             "on; hold out another split (e.g. heldout.split = 'test')")
         if self.subpool.k_max is not None and self.subpool.k_max < self.subpool.k_min:
             raise ValueError("subpool.k_max must be at least subpool.k_min")
         if self.recursion.fraction and int(self.grpo.generations * self.recursion.fraction) < 1:

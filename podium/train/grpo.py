@@ -12,6 +12,10 @@ A TRL upgrade must check each of these against the new `trl/trainer/grpo_trainer
 * `_load_optimizer_and_scheduler(checkpoint)`: `--resume` of a multi-process CPU job, where
   transformers 5.10 maps the optimizer state to `args.device`, `cpu:0`, which `torch.load`
   cannot restore ("don't know how to restore data location ... cpu:0"): mapped to `cpu`.
+* `create_model_card(...)`: TRL writes its card (README.md) into the run folder at every
+  checkpoint, naming no base model for a local directory; podium writes one card of its own
+  into each checkpoint, final/ and best/ (`podium.checkpoint.write_card`), so TRL's is not
+  written.
 
 podium also relies on, without overriding: `rollout_func` (experimental; the grammar-held and
 recursion rollouts), `_generate_single_turn` (plain generation inside the recursion rollout),
@@ -72,6 +76,9 @@ def grpo_trainer_class() -> type:
                 if getattr(func, "deferred", False) and func.pending is not None:
                     func.publish(gather_object, self._log_metric)
             return rewards
+
+        def create_model_card(self, *args: Any, **kwargs: Any) -> None:
+            return None  # podium's card is written by the trainer's callback (the module)
 
         def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
             if checkpoint is None or self.args.world_size == 1 or self.args.device.type != "cpu":

@@ -45,12 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from podium.checkpoint import card_of, write_card
-from podium.conductor import plan_messages
+from podium.conductor import workflow_messages
 from podium.config import Pool, RunSettings, load_pool, split_limits
 from podium.errors import ConfigError
 from podium.pipeline import Pipeline
 from podium.train.config import TrainConfig
 from podium.train.constrained import ConstrainedRollout, Grammars
+from podium.train.curve import draw_curve
 from podium.train.data import TrainingData, build_data, with_prompts
 from podium.train.explore import explored_count
 from podium.train.layout import CPU_LAUNCH, Launch, Layout, check, layout_of
@@ -70,6 +71,8 @@ class TrainingRun:
     trainer: Any = None
     pipeline: Pipeline | None = None
     lines: list[str] = field(default_factory=list)
+    card: dict[str, Any] = field(default_factory=dict)  # the checkpoints' Conductor card
+    heldout: Any = None  # podium.train.heldout.HeldOutEvaluation, when [heldout] names a task
 
     def close(self) -> None:
         if self.pipeline is not None:
@@ -148,9 +151,9 @@ def _callbacks(plan: TrainingRun) -> list[Any]:
     from transformers import TrainerCallback
 
     out = Path(plan.config.output.dir)
-    card = card_of(plan.pool, plan.settings, base_model=plan.config.model.path,
-                   recipe=plan.config.source, data=plan.data.counts(),
-                   constrained=plan.config.grpo.constrained)
+    plan.card = card = card_of(plan.pool, plan.settings, base_model=plan.config.model.path,
+                               recipe=plan.config.source, data=plan.data.counts(),
+                               constrained=plan.config.grpo.constrained)
     last: dict[str, Any] = {}
 
     class PodiumCallback(TrainerCallback):  # the main process writes; the others train
@@ -162,8 +165,9 @@ def _callbacks(plan: TrainingRun) -> list[Any]:
 
         def on_save(self, args, state, control, **kwargs):
             if state.is_world_process_zero:
+                held = plan.heldout.card_fields() if plan.heldout is not None else {}
                 write_card(out / f"checkpoint-{state.global_step}",
-                           {**card, "steps": state.global_step, "metrics": dict(last)})
+                           {**card, "steps": state.global_step, "metrics": dict(last), **held})
 
     return [PodiumCallback()]
 
@@ -194,7 +198,9 @@ def build(config: TrainConfig, *, make_trainer: bool = True,
     from datasets import Dataset
 
     from podium.train.grpo import grpo_trainer_class
+    from podium.train.heldout import HeldOutEvaluation, build_heldout
     from podium.train.model import load_policy
+    from podium.train.progress import StepLines, quiet_trl
 
     # before the policy (see grpo_args); a dry run of N processes builds this one process's
     args = grpo_args(config, layout_of(config, launch) if dry_run else layout)
@@ -233,6 +239,10 @@ def build(config: TrainConfig, *, make_trainer: bool = True,
         raise ConfigError(f"The launcher's variables say {layout.processes} process(es) and "
                           f"the training job has {started}: launch with torchrun or "
                           f"`accelerate launch` ({CPU_LAUNCH}).")
+    quiet_trl(plan.trainer, StepLines())  # one readable line a step, not TRL's dicts
+    if (held := build_heldout(plan)) is not None:
+        plan.heldout = HeldOutEvaluation(plan, held, config.heldout.every)
+        plan.trainer.add_callback(plan.heldout)
     # under ZeRO-3 a parameter holds its shard (often nothing) and `ds_numel` its full size
     params = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
     plan.lines.insert(1, f"policy      {config.model.path} ({params / 1e6:.1f}M parameters, "
@@ -261,7 +271,7 @@ def _placeholder(pool: Pool, settings: RunSettings) -> dict[str, Any]:
     from podium.train.data import view_of
 
     question = "(placeholder: no training data on this machine)"
-    return {"messages": plan_messages(question, view_of(pool, settings, []), settings),
+    return {"messages": workflow_messages(question, view_of(pool, settings, []), settings),
             "question": question, "task": "", "item": "", "workers": []}
 
 
@@ -323,8 +333,12 @@ def describe(plan: TrainingRun) -> list[str]:
            f"{'with the question as subtasks ' if g.explore_subtasks == 'question' else ''}"
            f"({'wrong ones dropped' if g.explore_wrong == 'drop' else 'all scored'})"
            if g.explore else ""),
+        "held-out    " + (f"{c.heldout.n or 'all'} {c.heldout.task} questions "
+                          f"({c.heldout.split} split) every {c.heldout.every} steps, the best "
+                          "step kept as best/" if c.heldout.task else "none"),
         f"output      {c.output.dir} (checkpoints every {g.save_steps} steps"
-        + (f", the newest {g.save_total_limit} kept)" if g.save_total_limit else ")"),
+        + (f", the newest {g.save_total_limit} kept" if g.save_total_limit else "")
+        + (f"; metrics to {', '.join(g.report_to)}" if g.report_to else "") + ")",
     ]
 
 
@@ -352,11 +366,11 @@ def train(config: TrainConfig, *, resume: bool = False,
         if not state.is_world_process_zero:
             return final
         plan.trainer.processing_class.save_pretrained(str(final))
+        (final / "training_args.bin").unlink(missing_ok=True)  # the model alone
         last = next((h for h in reversed(state.log_history) if "reward" in h), {})
-        write_card(final, card_of(plan.pool, plan.settings, base_model=config.model.path,
-                                  recipe=config.source, data=plan.data.counts(),
-                                  constrained=config.grpo.constrained,
-                                  steps=state.global_step, metrics=last))
+        held = plan.heldout.card_fields() if plan.heldout is not None else {}
+        write_card(final, {**plan.card, "steps": state.global_step, "metrics": last, **held})
+        draw_curve(out)
         return final
     finally:
         plan.close()

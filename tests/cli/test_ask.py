@@ -130,3 +130,11 @@ def test_debug_shows_traceback(tmp_path):
     pool.write_text("[conductor\n")
     proc = podium("ask", "hi", "--pool", str(pool), "--debug")
     assert proc.returncode == 2 and "Traceback" in proc.stderr
+
+
+def test_version_names_the_installed_podium():
+    from importlib.metadata import version
+
+    proc = podium("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"podium {version('podium')} (Python ")

@@ -17,6 +17,7 @@ import time
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from serve_helpers import (
     CliServer,
     ThreadServer,
@@ -86,6 +87,14 @@ def test_processes_share_the_port_and_the_traces_and_stop_gracefully(pool_file, 
             assert trace.json()["answer"] == f"<answer>{i + 1}</answer>"
         listed = httpx.get(f"{srv.base}/traces", trust_env=False, auth=("", KEY)).text
         assert all(tid in listed for tid in ids)  # every process's traces, on either's page
+        for _ in range(3):  # whichever process answers the scrape counts both processes' runs
+            page = httpx.get(f"{srv.base}/metrics", trust_env=False,
+                             headers={"Authorization": f"Bearer {KEY}"}).text
+            counted = {tuple(sorted(s.labels.items())): s.value
+                       for f in text_string_to_metric_families(page) for s in f.samples
+                       if s.name == "podium_requests_total"}
+            assert counted[(("method", "POST"), ("route", "/v1/chat/completions"),
+                            ("status", "200"))] == 16
 
         reply = sigterm_with_a_request_in_flight(srv, KEY)
         assert reply.status_code == 200, reply.text

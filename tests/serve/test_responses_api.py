@@ -93,6 +93,7 @@ def test_no_answer_is_an_error_json_and_streamed(client, http):
      "input.0.content.0.type"),
     ({"model": "podium", "input": [{"role": "assistant", "content": "hi"}]}, "input.0.role"),
     ({"model": "podium", "input": Q, "tools": [{"type": "web_search"}]}, "tools"),
+    ({"model": "podium", "input": Q, "store": True}, "store"),  # no Response is kept
     ({"model": "podium", "input": Q, "max_output_tokens": 0}, "max_output_tokens"),
     ({"model": "podium", "input": Q, "workers": ["nobody"]}, "workers"),
 ])
@@ -100,6 +101,12 @@ def test_bad_requests_are_400(http, payload, param):
     resp = http.post("/v1/responses", headers=auth(), json=payload)
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["param"] == param
+
+
+def test_store_false_is_answered(http):
+    resp = http.post("/v1/responses", headers=auth(),
+                     json={"model": "podium", "input": Q, "store": False})
+    assert resp.status_code == 200, resp.text
 
 
 def test_keys_and_models(server):

@@ -12,3 +12,4 @@ def tokenizer():
     from podium.train.model import load_policy
 
     return load_policy("smollm2")[1]
+

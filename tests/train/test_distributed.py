@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from support import free_port  # noqa: E402
+from support import free_port, tiny_llama  # noqa: E402
 
 from podium.checkpoint import CARD  # noqa: E402
 
@@ -91,15 +91,8 @@ COMPLETIONS = [RIGHT] * 4 + [RIGHT, WRONG, RIGHT, "no lists"] + [RIGHT] + [WRONG
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, tokenizer) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     root = tmp_path_factory.mktemp("distributed")
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True))
+    model = tiny_llama(tokenizer)
     model.save_pretrained(root / "tiny")
     tokenizer.save_pretrained(root / "tiny")
     (root / "pool.toml").write_text(POOL)

@@ -63,7 +63,7 @@ def test_docs_list_every_training_key_with_its_meaning():
                 "[[data.tasks]]": c.TaskSpec, "[data]": c.DataSection,
                 "[reward]": c.RewardSection, "[subpool]": c.SubpoolSection,
                 "[recursion]": c.RecursionSection, "[grpo]": c.GRPOSection,
-                "[output]": c.OutputSection}
+                "[heldout]": c.HeldOutSection, "[output]": c.OutputSection}
     for label, cls in sections.items():
         rows = {line.split("`")[1]: line for line in tables[label]}
         for name, field in cls.model_fields.items():

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 pytest.importorskip("trl")
+
+from support import tiny_llama  # noqa: E402
 
 from podium.cli.main import app  # noqa: E402
 from podium.workflow.prompt import PROMPTS, ConductorPrompt  # noqa: E402
@@ -119,13 +122,29 @@ def test_dry_run_prints_the_plan_and_trains_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
 
 
+HELDOUT = """
+[heldout]
+task = "jsonl:{data}"
+split = "all"
+n = 3
+every = 1
+options = {{ grader = "numeric" }}
+"""
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    """Two GRPO steps, checkpointed every step; the folder holds pool.toml and out/."""
+    """Two GRPO steps, checkpointed every step, with a held-out evaluation after each; the
+    folder holds pool.toml, out/ and what `podium train` printed (output.txt)."""
     tmp_path = tmp_path_factory.mktemp("trained")
+    held = tmp_path / "held.jsonl"
+    held.write_text("".join(json.dumps({"question": f"What is {i} + {i + 5}?",
+                                        "answer": str(2 * i + 5)}) + "\n" for i in range(3)))
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(tmp_path)
-        podium_train("--config", str(setup(tmp_path)))
+        config = setup(tmp_path)
+        config.write_text(config.read_text() + HELDOUT.format(data=held))
+        (tmp_path / "output.txt").write_text(podium_train("--config", str(config)))
     return tmp_path
 
 
@@ -149,6 +168,34 @@ def test_grpo_steps_train_the_policy_and_checkpoint_it(trained):
         assert [w["name"] for w in card["pool"]] == ["zero", "adder"]
         assert card["run"]["prompt"] == "router-test"
         assert (out / folder / "README.md").is_file()
+
+
+def test_a_run_prints_a_line_a_step_and_leaves_its_curve_best_and_one_card(trained):
+    out, printed = trained / "out", (trained / "output.txt").read_text()
+    lines = re.findall(r"step \d+/\d+ · .*", printed)
+    assert [line.split(" · ")[0] for line in lines] == ["step 1/2", "step 2/2"], printed
+    for line in lines:
+        assert "reward" in line and "valid" in line and "s/step" in line and "held-out" in line
+    assert "{'loss'" not in printed and "'reward'" not in printed  # TRL's dicts are off
+    held = [m for m in metrics(out) if "heldout/accuracy" in m]
+    assert [m["step"] for m in held] == [1, 2] and all(0 <= m["heldout/accuracy"] <= 1
+                                                      for m in held)
+    best = max(m["heldout/accuracy"] for m in held)
+    card = json.loads((out / "best" / "podium-conductor.json").read_text())
+    assert card["heldout"]["best"] == best and card["heldout"]["n"] == 3
+    assert weights(out / "best")  # the model alone: no optimizer state
+    assert not (out / "best" / "optimizer.pt").exists()
+    assert not (out / "final" / "training_args.bin").exists()
+    readme = (out / "final" / "README.md").read_text()
+    assert "Held-out accuracy" in readme and "podium serve --conductor" in readme
+    assert "smollm2" in readme and "adder" in readme
+    assert not (out / "README.md").exists()  # TRL's card (naming no base model) is not written
+    png = (out / "learning_curve.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert list((out / "runs").glob("*/events.out.tfevents.*"))  # TensorBoard by default
+    again = CliRunner().invoke(app, ["train", "plot", str(out), str(out), "--out",
+                                     str(trained / "two.png")], catch_exceptions=False)
+    assert again.exit_code == 0 and (trained / "two.png").stat().st_size > 10_000
 
 
 def ask(*args: str) -> tuple[int, str]:
@@ -261,7 +308,8 @@ def test_rollouts_hit_by_an_outage_are_dropped(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("failed", "moves"), [(None, False), (0.0, True)])
-def test_an_unscorable_reward_does_not_reach_the_gradient(tmp_path, caplog, failed, moves):
+def test_an_unscorable_reward_does_not_reach_the_gradient(tmp_path, caplog, tokenizer, failed,
+                                                          moves):
     """TRL with the rewards podium hands it: half of each group right (1.0), half touched by an
     outage. Dropped (None), the outage leaves no reward spread, so no parameter moves; scored
     0 instead (on_infra_failure = "zero"), the same rollouts move the policy. TRL's warning
@@ -270,12 +318,11 @@ def test_an_unscorable_reward_does_not_reach_the_gradient(tmp_path, caplog, fail
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from podium.train.model import load_policy
     from podium.train.trainer import UNSCORABLE, quiet_unscorable_warning
 
     quiet_unscorable_warning()
 
-    model, tokenizer = load_policy("smollm2")
+    model = tiny_llama(tokenizer)
     before = {k: v.clone() for k, v in model.state_dict().items()}
 
     def reward(prompts, completions, **kwargs):

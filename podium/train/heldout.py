@@ -1,0 +1,201 @@
+"""Held-out evaluation during training: the live policy's greedy workflows on questions it
+does not train on, run by the pipeline and graded, every `[heldout] every` steps.
+
+The policy writes each held-out question's workflow greedily (under the workflow grammar when
+the rollouts are held to it), from the exact prompt `podium ask` would give it; the pipeline
+runs each workflow as a rollout's (on the trainer's event loop, so the pool's clients are
+shared) and the task grades the answer. The accuracy is logged as `heldout/accuracy` beside
+the training metrics (metrics.jsonl, TensorBoard), printed, and the best step's policy is
+saved as `best/` (the model alone, with its card) next to the checkpoints.
+
+Every process of a job generates (under ZeRO-3 each forward needs them all); the main process
+runs and grades the workflows and tells the others whether this step is the best so far, so
+that all of them take part in saving `best/`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from podium.checkpoint import write_card
+from podium.conductor import workflow_messages
+from podium.outcome import grade_outcome
+
+BATCH = 16  # held-out prompts generated together
+
+
+@dataclass
+class HeldOutResult:
+    step: int
+    accuracy: float
+    valid: float  # share of workflows that parsed
+    by_group: dict[str, float]  # accuracy by the items' family (gym) or task
+
+
+class HeldOut:
+    """The held-out questions of a training run, and how to score the live policy on them."""
+
+    def __init__(self, run: Any, task: Any, items: list[Any], split: str) -> None:
+        from podium.train.data import view_of, with_prompts
+
+        self.run, self.task, self.items, self.split = run, task, items, split
+        view = view_of(run.pool, run.settings, [])
+        self.rows = with_prompts([{"messages": workflow_messages(task.format(i), view,
+                                                                 run.settings)}
+                                  for i in items], run.trainer.processing_class)
+
+    def completions(self) -> list[str]:
+        """The policy's greedy completion of each held-out prompt (every process calls it)."""
+        import torch
+        from transformers import LogitsProcessorList
+
+        trainer = self.run.trainer
+        tok = trainer.processing_class
+        grammars = getattr(trainer.rollout_func, "grammars", None)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        was_training = model.training
+        model.eval()
+        out: list[str] = []
+        try:
+            for start in range(0, len(self.rows), BATCH):
+                rows = self.rows[start:start + BATCH]
+                ids = [tok(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
+                width, pad = max(map(len, ids)), tok.pad_token_id
+                processors = None
+                if grammars is not None:
+                    from podium.train.constrained import GrammarSpec
+
+                    processors = LogitsProcessorList(
+                        [grammars.processor([GrammarSpec(())] * len(ids))])
+                device = next(model.parameters()).device
+                with torch.no_grad():
+                    generated = model.generate(
+                        input_ids=torch.tensor([[pad] * (width - len(i)) + i for i in ids],
+                                               device=device),
+                        attention_mask=torch.tensor([[0] * (width - len(i)) + [1] * len(i)
+                                                     for i in ids], device=device),
+                        do_sample=False, max_new_tokens=trainer.args.max_completion_length,
+                        pad_token_id=pad, logits_processor=processors,
+                        synced_gpus=trainer.accelerator.num_processes > 1)
+                out += tok.batch_decode(generated[:, width:], skip_special_tokens=True)
+        finally:
+            if was_training:
+                model.train()
+        return out
+
+    def score(self, completions: list[str], step: int) -> HeldOutResult:
+        """Run and grade each completion's workflow (on the trainer's event loop)."""
+        async def one(item: Any, row: dict, text: str) -> tuple[Any, Any, Any]:
+            run = await self.run.pipeline.run_completion(self.task.format(item), text,
+                                                         messages=row["messages"])
+            return item, run, await grade_outcome(run.outcome, self.task, item)
+
+        async def every() -> list[tuple[Any, Any, Any]]:
+            return await asyncio.gather(*(one(i, r, t) for i, r, t in
+                                          zip(self.items, self.rows, completions, strict=True)))
+
+        loop = getattr(self.run.trainer, "async_loop", None)
+        graded = (asyncio.run_coroutine_threadsafe(every(), loop).result() if loop is not None
+                  else asyncio.run(every()))
+        groups: dict[str, list[bool]] = {}
+        for item, _, o in graded:
+            key = (item.meta or {}).get("family") or self.task.name
+            groups.setdefault(key, []).append(bool(o.correct))
+        parsed = [r.rounds[0].run is not None for _, r, _ in graded]
+        return HeldOutResult(step, statistics.fmean(bool(o.correct) for _, _, o in graded),
+                             statistics.fmean(parsed),
+                             {k: statistics.fmean(v) for k, v in sorted(groups.items())})
+
+
+class HeldOutEvaluation(TrainerCallback):
+    """Scores the policy on the held-out questions every `every` steps and at the end,
+    logs `heldout/accuracy` and `heldout/valid`, and keeps the best step's policy in best/."""
+
+    def __init__(self, run: Any, heldout: HeldOut, every: int) -> None:
+        self.run, self.heldout, self.every = run, heldout, every
+        self.best: HeldOutResult | None = None
+        self.last_step = -1
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.every == 0 or state.global_step == state.max_steps:
+            self.evaluate(state)
+
+    def evaluate(self, state: Any) -> HeldOutResult | None:
+        if state.global_step == self.last_step:
+            return None
+        self.last_step = state.global_step
+        trainer = self.run.trainer
+        texts = self.heldout.completions()
+        result = None
+        if state.is_world_process_zero:
+            result = self.heldout.score(texts, state.global_step)
+        result = _shared(trainer, result)
+        better = self.best is None or result.accuracy > self.best.accuracy
+        if better:
+            self.best = result
+            self._save_best(state)
+        logs = {"heldout/accuracy": result.accuracy, "heldout/valid": result.valid,
+                **{f"heldout/{k}": v for k, v in result.by_group.items()
+                   if len(result.by_group) > 1}}
+        # logged with this step's own metrics, which TRL logs right after on_step_end
+        for name, value in logs.items():
+            trainer._metrics["train"][name].append(value)
+        return result
+
+    def card_fields(self) -> dict[str, Any]:
+        """The held-out figures for a model card (the newest and the best)."""
+        if self.best is None:
+            return {}
+        return {"heldout": {"task": self.heldout.task.name, "split": self.heldout.split,
+                            "n": len(self.heldout.items), "step": self.last_step,
+                            "accuracy": self._last_accuracy(), "best": self.best.accuracy,
+                            "best_step": self.best.step}}
+
+    def _last_accuracy(self) -> float:
+        history = self.run.trainer.state.log_history
+        return next((h["heldout/accuracy"] for h in reversed(history)
+                     if "heldout/accuracy" in h), self.best.accuracy)
+
+    def _save_best(self, state: Any) -> None:
+        trainer = self.run.trainer
+        best = Path(trainer.args.output_dir) / "best"
+        trainer.save_model(str(best))  # every process: ZeRO-3 gathers the weights
+        if state.is_world_process_zero:
+            trainer.processing_class.save_pretrained(str(best))
+            (best / "training_args.bin").unlink(missing_ok=True)
+            write_card(best, {**self.run.card, "steps": state.global_step,
+                              "metrics": _last_metrics(state), **self.card_fields()})
+
+
+def _last_metrics(state: Any) -> dict[str, Any]:
+    return next((h for h in reversed(state.log_history) if "reward" in h), {})
+
+
+def _shared(trainer: Any, result: HeldOutResult | None) -> HeldOutResult:
+    """The main process's result, on every process."""
+    if trainer.accelerator.num_processes == 1:
+        return result
+    from accelerate.utils import broadcast_object_list
+
+    box = [result]
+    broadcast_object_list(box, from_process=0)
+    return box[0]
+
+
+def build_heldout(run: Any) -> HeldOut | None:
+    """The run's held-out questions from its config's [heldout] section (None when off). A
+    task of the training mix is the same task (its options kept, e.g. the gym's families)."""
+    from podium.tasks import get_task
+
+    spec = run.config.heldout
+    if spec.task is None:
+        return None
+    task = run.data.tasks.get(spec.task) if not spec.options else None
+    task = task or get_task(spec.task, **spec.options)
+    return HeldOut(run, task, task.load(split=spec.split, n=spec.n, seed=spec.seed), spec.split)
