@@ -44,7 +44,8 @@ demo: venv
 GYM_FAMILIES := arithmetic,reverse,count>arithmetic
 
 # Train the gym Conductor on the CPU, then ask it held-out questions and score it on 30.
-gym: venv
+gym: venv  # trains afresh: the previous run's folder is removed first
+	rm -rf runs/train/gym-cpu runs/eval/gym-cpu
 	$(VENV)/bin/podium train --config configs/train/gym-cpu.toml
 	$(PY) -m podium.train.gym questions --families "$(GYM_FAMILIES)" --n 3 | while read -r q; do \
 		$(VENV)/bin/podium ask "$$q" --conductor runs/train/gym-cpu/final \

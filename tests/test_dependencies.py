@@ -9,7 +9,6 @@ import re
 import sys
 import tomllib
 from importlib.metadata import packages_distributions
-from pathlib import Path
 
 from test_layers import PODIUM, imports
 

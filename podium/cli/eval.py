@@ -66,8 +66,9 @@ def _f(value, fmt: str, prefix: str = "", suffix: str = "") -> str:
     return "-" if value is None else f"{prefix}{value:{fmt}}{suffix}"
 
 
-async def _run(spec: EvalSpec, console: Console) -> Summary:
-    """`run_eval` with a progress bar: accuracy, errors and paid cost so far."""
+async def _run(spec: EvalSpec, console: Console, labels: list[str]) -> Summary:
+    """`run_eval` with a progress bar: accuracy, errors and paid cost so far. The run's label
+    (task, system, and the sample --n drew) goes into `labels`."""
     err = Console(stderr=True)
 
     def warn(text: str) -> None:
@@ -78,6 +79,7 @@ async def _run(spec: EvalSpec, console: Console) -> Summary:
         shown: list = []
 
         def on_start(label: str, total: int, already: int) -> None:
+            labels.append(label)
             progress = stack.enter_context(Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=console))
@@ -102,8 +104,10 @@ async def _run(spec: EvalSpec, console: Console) -> Summary:
 def eval_command(spec: EvalSpec) -> int:
     """`podium eval`: run `spec`, print its summary table, say what failed."""
     console = Console()
-    summary = asyncio.run(_run(spec, console))
-    console.print(summary_table(summary, f"{spec.task} · {spec.system} · {spec.out}"))
+    labels: list[str] = []
+    summary = asyncio.run(_run(spec, console, labels))
+    title = labels[0] if labels else f"{spec.task} · {spec.system}"
+    console.print(summary_table(summary, f"{title} · {spec.out}"))
     console.print(f"Results: {spec.out}/results.jsonl · summary: {spec.out}/summary.json")
     return _report_errors(Console(stderr=True), summary)
 

@@ -72,6 +72,9 @@ async def run_eval(spec: EvalSpec, *, on_start: OnStart | None = None,
     options = {**preset_options, **spec.task_options}
     task = get_task(spec.task, **options)
     items = task.load(split=split, n=spec.n, seed=spec.seed)
+    # --n draws a seeded sample: the same seed draws the same items; the label says so
+    drawn = (f" · a sample of {len(items)} of {len(task.load(split=split))} items "
+             f"(seed {spec.seed})" if spec.n else "")
     if not items:
         raise ConfigError(f"Task {spec.task} has no items for split {split!r}.")
     pool = load_pool(spec.pool)
@@ -92,7 +95,8 @@ async def run_eval(spec: EvalSpec, *, on_start: OnStart | None = None,
         out = prepare_folder(Path(spec.out))
         with FolderLock(out):  # held until the summary is written: a second run is refused
             return await _run_locked(spec, task, items, pool, settings, split, out, options,
-                                     isolation, on_start, on_record, warn or (lambda _: None))
+                                     isolation, on_start, on_record, warn or (lambda _: None),
+                                     drawn)
     finally:
         close = getattr(task, "close", None)
         if close:
@@ -102,7 +106,7 @@ async def run_eval(spec: EvalSpec, *, on_start: OnStart | None = None,
 async def _run_locked(spec: EvalSpec, task: Any, items: list, pool: Any, settings: Any,
                       split: str, out: Path, task_options: dict[str, Any], isolation: Any,
                       on_start: OnStart | None, on_record: OnRecord | None,
-                      warn: Callable[[str], None]) -> Summary:
+                      warn: Callable[[str], None], drawn: str = "") -> Summary:
     from podium.baselines import build_system
     from podium.eval.folder import check_meta, fingerprint, local_files
     from podium.eval.runner import (
@@ -141,7 +145,7 @@ async def _run_locked(spec: EvalSpec, task: Any, items: list, pool: Any, setting
         system = build_system(spec.system, pipe)
         if on_start is not None:
             already = len([k for k in read_results(path) if k[1] < spec.repeats])
-            on_start(f"{task.name} · {spec.system}", total, min(already, total))
+            on_start(f"{task.name} · {spec.system}{drawn}", total, min(already, total))
         records = await evaluate(task, system, items, out, config, on_record=on_record)
     summary = summarize(records)
     (out / "summary.json").write_text(json.dumps(summary.to_json(), indent=2), "utf-8")

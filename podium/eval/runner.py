@@ -10,7 +10,8 @@ and the good lines are rewritten, so those items are rerun and nothing is lost
 (`repair_results`). Readers (`podium report`) never change the file. One run at a time writes
 a folder: `podium.eval.folder` holds its lock and checks that a resume has the same settings.
 
-Every (item, repeat) is a record, built from the run's outcome (`podium.outcome`): `ok`
+Every (item, repeat) is a record, with the item's question and target beside the answer (a
+target longer than `TARGET_CHARS` cut), built from the run's outcome (`podium.outcome`): `ok`
 (graded; a format error or another model failure scores 0), `error` (a worker or infrastructure
 failure decided it: an unreachable endpoint, a rejected key, a crashed grader, a sandbox that
 cannot start; its `cause` names the class and the reason, and `--retry-errors` reruns it), or
@@ -181,7 +182,8 @@ def run_record(result: RunResult) -> dict[str, Any]:
 
 async def _one(task: Task, system: System, item: Item, repeat: int,
                traces: Path | None) -> dict:
-    base = {"item": item.id, "repeat": repeat, "task": task.name, "system": system.spec}
+    base = {"item": item.id, "repeat": repeat, "task": task.name, "system": system.spec,
+            "question": item.question, "target": _shown(item.gold)}
     skip = getattr(task, "skip_reason", lambda _item: None)(item)
     if skip:
         return {**base, "status": "skipped", "reason": skip, "correct": False}
@@ -197,6 +199,17 @@ async def _one(task: Task, system: System, item: Item, repeat: int,
         name = f"{item.id}-{repeat}.json".replace("/", "_")
         write_private(traces / name, json.dumps(result.to_json(), ensure_ascii=False))
     return {**base, **run_record(result)}
+
+
+TARGET_CHARS = 2000  # a code task's target (its tests) can be long: the record keeps its start
+
+
+def _shown(gold: Any) -> Any:
+    """The item's target as a record shows it beside the answer (JSON; long text cut)."""
+    if gold is None or isinstance(gold, (bool, int, float)):
+        return gold
+    text = gold if isinstance(gold, str) else json.dumps(gold, ensure_ascii=False, default=str)
+    return text if len(text) <= TARGET_CHARS else text[:TARGET_CHARS] + "…"
 
 
 async def evaluate(

@@ -346,8 +346,12 @@ def train(config: TrainConfig, *, resume: bool = False,
           echo: Callable[[list[str]], None] | None = None) -> Path:
     """Train; return the folder of the final Conductor. The main process hands the plan's
     lines (its layout among them) to `echo` before the first step."""
-    plan = build(config)
     out = Path(config.output.dir)
+    if not resume and ((out / "metrics.jsonl").exists() or any(out.glob("checkpoint-*"))):
+        raise ConfigError(f"{out} holds a training run already (metrics.jsonl, checkpoint-N): "
+                          "pass --resume to continue it, or train into a new folder "
+                          "(--set output.dir=...), or delete it first.")
+    plan = build(config)
     try:
         if echo is not None and plan.trainer.accelerator.is_main_process:
             echo(plan.lines)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -111,9 +112,24 @@ def test_eval_and_report_side_by_side(tmp_path, dataset):
     assert proc.returncode == 0, proc.stderr
     table = (rep / "report.md").read_text()
     assert "single:w0" in table and "vote:w0:3" in table and "cost/item" in table
-    for png in ("accuracy_vs_cost.png", "step_counts.png", "worker_usage.png"):
+    # accuracy against cost, or against tokens where the pool has no prices: named so
+    (trade,) = [p.name for p in rep.glob("accuracy_vs_*.png")]
+    for png in (trade, "step_counts.png", "worker_usage.png"):
         data = (rep / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000
+    record = next(iter(read_results(Path(folders[0]) / "results.jsonl").values()))
+    assert record["question"].startswith("What is") and record["target"] is not None
+    # two runs with the same system name: two rows, labelled by folder, not merged
+    copy = tmp_path / "again"
+    shutil.copytree(folders[0], copy)
+    proc = subprocess.run(podium_cmd("report", folders[0], str(copy), "--out",
+                                     str(tmp_path / "twice")),
+                          capture_output=True, text=True, timeout=120, env=env())
+    assert proc.returncode == 0, proc.stderr
+    assert "labelled by folder" in proc.stderr
+    rows = [line for line in (tmp_path / "twice" / "report.md").read_text().splitlines()
+            if line.startswith("| single:w0")]
+    assert len(rows) == 2 and folders[0] in rows[0] and str(copy) in rows[1]
 
 
 def test_report_rejects_a_folder_that_is_not_an_eval(tmp_path):

@@ -163,13 +163,15 @@ def test_a_grammar_held_gym_run_and_its_conductor_under_the_same_grammar(tmp_pat
             "--set", "grpo.max_steps=1", "--set", "grpo.generations=4",
             "--set", "grpo.questions_per_step=1", "--set", f"output.dir={out}",
             "--set", "grpo.explore=0.5", "--set", "grpo.explore_subtasks=question",
-            "--set", "output.transcripts_per_step=4"]
+            "--set", "output.transcripts_per_step=4", "--set", "heldout.n=3"]
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     (logged,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()
                  if '"reward"' in x]
     assert logged["podium/format_error"] == 0  # the grammar holds every rollout
     assert logged["podium/explored"] == 0.5
+    assert logged["heldout/valid"] == 1  # the greedy held-out workflows: under the grammar too
+    assert 0 <= logged["heldout/accuracy"] <= 1 and (out / "best" / "README.md").is_file()
     rollouts = [json.loads(x) for x in (out / "transcripts.jsonl").read_text().splitlines()]
     plans = [tuple((s["worker_id"], str(s["access"])) for s in r["workflow"])
              for r in rollouts if r.get("explored")]
