@@ -20,6 +20,7 @@ Modules, in the order a request meets them:
     chat_completions.py  the Chat Completions replies: the body and the stream
     responses_api.py  the Responses API: its request, response object and stream events
     progress.py   the progress lines a streamed run sends
+    metrics.py    GET /metrics in Prometheus' format, counted by the access log
     traces.py     every request's trace, owner-only, newest N kept, served by id
     trace_writer.py  the process that writes the traces, and the pipe to it
     processes.py  `--processes N`: server processes on one port, one socket each

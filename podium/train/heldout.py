@@ -120,22 +120,21 @@ class HeldOutEvaluation(TrainerCallback):
     def __init__(self, run: Any, heldout: HeldOut, every: int) -> None:
         self.run, self.heldout, self.every = run, heldout, every
         self.best: HeldOutResult | None = None
-        self.last_step = -1
+        self.last: HeldOutResult | None = None
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step % self.every == 0 or state.global_step == state.max_steps:
             self.evaluate(state)
 
     def evaluate(self, state: Any) -> HeldOutResult | None:
-        if state.global_step == self.last_step:
+        if self.last is not None and self.last.step == state.global_step:
             return None
-        self.last_step = state.global_step
         trainer = self.run.trainer
         texts = self.heldout.completions()
         result = None
         if state.is_world_process_zero:
             result = self.heldout.score(texts, state.global_step)
-        result = _shared(trainer, result)
+        result = self.last = _shared(trainer, result)
         better = self.best is None or result.accuracy > self.best.accuracy
         if better:
             self.best = result
@@ -150,17 +149,12 @@ class HeldOutEvaluation(TrainerCallback):
 
     def card_fields(self) -> dict[str, Any]:
         """The held-out figures for a model card (the newest and the best)."""
-        if self.best is None:
+        if self.last is None or self.best is None:
             return {}
         return {"heldout": {"task": self.heldout.task.name, "split": self.heldout.split,
-                            "n": len(self.heldout.items), "step": self.last_step,
-                            "accuracy": self._last_accuracy(), "best": self.best.accuracy,
+                            "n": len(self.heldout.items), "step": self.last.step,
+                            "accuracy": self.last.accuracy, "best": self.best.accuracy,
                             "best_step": self.best.step}}
-
-    def _last_accuracy(self) -> float:
-        history = self.run.trainer.state.log_history
-        return next((h["heldout/accuracy"] for h in reversed(history)
-                     if "heldout/accuracy" in h), self.best.accuracy)
 
     def _save_best(self, state: Any) -> None:
         trainer = self.run.trainer

@@ -183,6 +183,8 @@ def test_a_run_prints_a_line_a_step_and_leaves_its_curve_best_and_one_card(train
     best = max(m["heldout/accuracy"] for m in held)
     card = json.loads((out / "best" / "podium-conductor.json").read_text())
     assert card["heldout"]["best"] == best and card["heldout"]["n"] == 3
+    newest = json.loads((out / "final" / "podium-conductor.json").read_text())["heldout"]
+    assert (newest["step"], newest["accuracy"]) == (2, held[-1]["heldout/accuracy"])
     assert weights(out / "best")  # the model alone: no optimizer state
     assert not (out / "best" / "optimizer.pt").exists()
     assert not (out / "final" / "training_args.bin").exists()
