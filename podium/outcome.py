@@ -150,6 +150,15 @@ class Outcome:
     stopped: str | None = None  # a budget or a failure that cut the run short
     notes: tuple[str, ...] = ()  # plain sentences: fallbacks, kept answers, rounds that failed
     grade: Grade | None = None
+    conductor: Usage = Usage()  # the Conductor's own calls: part of `used`
+
+    @property
+    def workers_used(self) -> Usage:
+        """The workers' calls: `used` less the Conductor's own."""
+        c = self.conductor
+        cost = None if self.used.cost is None or c.cost is None else self.used.cost - c.cost
+        return Usage(self.used.calls - c.calls, self.used.prompt_tokens - c.prompt_tokens,
+                     self.used.completion_tokens - c.completion_tokens, cost)
 
     @property
     def status(self) -> Literal["ok", "error"]:
@@ -194,6 +203,8 @@ class Outcome:
             "rounds": [r.to_json() for r in self.rounds],
             "fallback": self.fallback,
             "used": self.used.to_json(),
+            "used_by": {"conductor": self.conductor.to_json(),
+                        "workers": self.workers_used.to_json()},
             "paid": self.paid.to_json(),
             "cache_hits": self.cache_hits,
             "stopped": self.stopped,
@@ -223,11 +234,15 @@ class Round:
 class _Ledger:
     used: Usage = field(default_factory=Usage)
     paid: Usage = field(default_factory=Usage)
+    conductor: Usage = field(default_factory=Usage)
     hits: int = 0
 
-    def call(self, prompt: int, completion: int, cost: float | None, hit: bool) -> None:
+    def call(self, prompt: int, completion: int, cost: float | None, hit: bool,
+             conductor: bool = False) -> None:
         one = Usage(1, prompt, completion, cost)
         self.used += one
+        if conductor:
+            self.conductor += one
         if hit:
             self.hits += 1
         else:
@@ -300,7 +315,8 @@ def build_outcome(rounds: Sequence[Round], *,
     for rnd in rounds:
         turn = rnd.conductor
         if turn.messages:
-            ledger.call(turn.prompt_tokens, turn.completion_tokens, turn.cost, turn.cache_hit)
+            ledger.call(turn.prompt_tokens, turn.completion_tokens, turn.cost, turn.cache_hit,
+                        conductor=True)
         for s in rnd.run.steps if rnd.run else ():
             if s.status in ("ok", "error"):
                 ledger.call(s.prompt_tokens, s.completion_tokens, s.cost, s.cache_hit)
@@ -321,7 +337,8 @@ def build_outcome(rounds: Sequence[Round], *,
     if answer is None and cause is None:
         cause = Failure("model", "no_answer", "the run produced no answer", "")
     return Outcome(answer, answer_round, tuple(summaries), tuple(failures), cause,
-                   ledger.used, ledger.paid, ledger.hits, stopped, tuple(notes))
+                   ledger.used, ledger.paid, ledger.hits, stopped, tuple(notes),
+                   conductor=ledger.conductor)
 
 
 def _fallback_note(rnd: Round) -> str:

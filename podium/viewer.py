@@ -4,11 +4,12 @@
 `podium eval --traces` and `podium serve` write them) into a page that needs nothing else — no
 network, no server: the trace is embedded as JSON and a small script draws it.
 
-* the question, the answer (and the round that produced it), status, failures, usage and cost;
+* the question, the answer (and the round that produced it), status, failures, usage and cost
+  (every call's, then the Conductor's and the workers' apart: the figures `podium ask` prints);
 * the workflow as a graph, one panel per round (round 0, then each recursion round): steps are
   nodes in layers by dependency depth, an edge from every step a node may see (its access
   list; `"all"` = every earlier step of the round), each node naming its worker and showing
-  status, tokens, cost and latency;
+  status, tokens (that step's call alone), cost and latency;
 * under the graph, every step in full: the subtask the Conductor wrote, the worker's response
   or error, and the Conductor's own turn (its completion, parse errors, fallback).
 
@@ -47,13 +48,16 @@ const S = (tag, attrs = {}, text) => { const e = document.createElementNS(
   e.setAttribute(k, v); if (text !== undefined) e.textContent = text; return e; };
 const fmt = (x, d = 2) => (x === null || x === undefined) ? '-' : Number(x).toFixed(d);
 const usage = u => u ? `${u.calls} calls · ${u.total_tokens} tokens · $${fmt(u.cost_usd ?? u.cost, 6)}` : '-';
+const split = b => b ? `Conductor ${b.conductor.calls} calls · ${b.conductor.total_tokens} tokens; ` +
+  `workers ${b.workers.calls} calls · ${b.workers.total_tokens} tokens` : '-';
 
 function header() {
   const box = document.getElementById('summary');
   const rows = [['question', T.question], ['answer', T.answer ?? '(none)'],
     ['answered by', T.answer_round === null || T.answer_round === undefined ? '-' :
       `round ${T.answer_round}`], ['status', T.status ?? '-'],
-    ['used', usage(T.used)], ['paid', usage(T.paid)], ['wall', `${fmt(T.wall_s)} s`]];
+    ['used', usage(T.used)], ['of which', split(T.used_by)], ['paid', usage(T.paid)],
+    ['wall', `${fmt(T.wall_s)} s`]];
   if (T.cause) rows.push(['cause', `${T.cause.cls}: ${T.cause.reason} ${T.cause.detail || ''}`]);
   for (const n of T.notes || []) rows.push(['note', n]);
   const table = $('table');

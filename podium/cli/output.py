@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
@@ -131,10 +133,19 @@ class LiveView:
         c.print(f"[bold]Totals[/] {used.calls} calls · {used.prompt_tokens} prompt + "
                 f"{used.completion_tokens} completion tokens · {result.wall_s:.1f}s wall · "
                 f"cost {cost}{hits}")
+        c.print(f"  {usage_split(out)}")
         if result.stopped:
             c.print(f"[yellow]Stopped early: {escape(result.stopped)}[/]")
         if trace:
             c.print(f"Trace written to {trace}")
+
+
+def usage_split(outcome: Any) -> str:
+    """Where the tokens went: the Conductor's own calls and the workers' (the trace viewer
+    shows the same split, from the trace's `used_by`)."""
+    c, w = outcome.conductor, outcome.workers_used
+    return (f"Conductor {c.calls} calls · {c.total_tokens} tokens; "
+            f"workers {w.calls} calls · {w.total_tokens} tokens")
 
 
 def error(console: Console, exc: BaseException, *, unexpected: bool = False) -> None:

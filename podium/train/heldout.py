@@ -4,8 +4,9 @@ does not train on, run by the pipeline and graded, every `[heldout] every` steps
 The policy writes each held-out question's workflow greedily (under the workflow grammar when
 the rollouts are held to it), from the exact prompt `podium ask` would give it; the pipeline
 runs each workflow as a rollout's (on the trainer's event loop, so the pool's clients are
-shared) and the task grades the answer. The accuracy is logged as `heldout/accuracy` beside
-the training metrics (metrics.jsonl, TensorBoard), printed, and the best step's policy is
+shared) and the task grades the answer. The accuracy is logged as `heldout/accuracy` (and how
+many different plans the questions got as `heldout/distinct_plans`: 1 is a collapse onto one
+plan) beside the training metrics (metrics.jsonl, TensorBoard), printed, and the best step's policy is
 saved as `best/` (the model alone, with its card) next to the checkpoints.
 
 Every process of a job generates (under ZeRO-3 each forward needs them all); the main process
@@ -36,6 +37,14 @@ class HeldOutResult:
     accuracy: float
     valid: float  # share of workflows that parsed
     by_group: dict[str, float]  # accuracy by the items' family (gym) or task
+    # each question's plan: its steps' workers in order (None where the workflow did not parse)
+    plans: list[tuple[str, ...] | None]
+
+    @property
+    def distinct_plans(self) -> int:
+        """How many different plans the questions got: 1 means the policy collapsed onto one
+        plan for every question (on the gym, the optimum is one plan a family)."""
+        return len({p for p in self.plans if p is not None})
 
 
 class HeldOut:
@@ -107,10 +116,11 @@ class HeldOut:
         for item, _, o in graded:
             key = (item.meta or {}).get("family") or self.task.name
             groups.setdefault(key, []).append(bool(o.correct))
-        parsed = [r.rounds[0].run is not None for _, r, _ in graded]
+        plans = [tuple(s.worker_name for s in r.rounds[0].run.steps)
+                 if r.rounds[0].run is not None else None for _, r, _ in graded]
         return HeldOutResult(step, statistics.fmean(bool(o.correct) for _, _, o in graded),
-                             statistics.fmean(parsed),
-                             {k: statistics.fmean(v) for k, v in sorted(groups.items())})
+                             statistics.fmean(p is not None for p in plans),
+                             {k: statistics.fmean(v) for k, v in sorted(groups.items())}, plans)
 
 
 class HeldOutEvaluation(TrainerCallback):
@@ -140,6 +150,7 @@ class HeldOutEvaluation(TrainerCallback):
             self.best = result
             self._save_best(state)
         logs = {"heldout/accuracy": result.accuracy, "heldout/valid": result.valid,
+                "heldout/distinct_plans": result.distinct_plans,
                 **{f"heldout/{k}": v for k, v in result.by_group.items()
                    if len(result.by_group) > 1}}
         # logged with this step's own metrics, which TRL logs right after on_step_end

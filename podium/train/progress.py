@@ -45,6 +45,8 @@ def step_line(step: int, total: int, logs: dict[str, Any], seconds: float | None
     if "heldout/accuracy" in logs:
         best = logs["heldout/accuracy"] if best is None else best
         parts.append(f"held-out {100 * logs['heldout/accuracy']:.1f}% (best {100 * best:.1f}%)")
+        if logs.get("heldout/distinct_plans") == 1:
+            parts.append("one plan for every held-out question (collapsed)")
     return " · ".join(parts)
 
 

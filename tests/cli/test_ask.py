@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,15 @@ def test_ask_json_on_embedded_model(embedded_run):
     assert data["fallback"] is False and data["status"] == "ok" and data["answer_round"] == 0
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] > 0
     assert usage["cost_usd"] == 0.0  # the embedded pool is priced at zero
+    # one source for "where the tokens went": the Conductor's turn and the workers' steps
+    by = data["used_by"]
+    turn = data["conductor"][0]
+    assert by["conductor"]["calls"] == 1
+    assert by["conductor"]["total_tokens"] == turn["prompt_tokens"] + turn["completion_tokens"]
+    assert by["workers"]["total_tokens"] == sum(s["prompt_tokens"] + s["completion_tokens"]
+                                                for s in data["steps"])
+    assert by["conductor"]["total_tokens"] + by["workers"]["total_tokens"] == \
+        usage["total_tokens"]
 
 
 def test_ask_trace_file_holds_the_conductor_prompt(embedded_run):
@@ -60,6 +70,7 @@ def test_ask_table_output(embedded_run):
     for part in ("Workflow (round 0)", "step", "worker", "subtask", "Answer", "Totals", "calls"):
         assert part in out
     assert "from the cache" in out and "(paid 0 calls" in out
+    assert re.search(r"Conductor 1 calls · \d+ tokens; workers \d+ calls · \d+ tokens", out)
 
 
 BAD_POOLS = {

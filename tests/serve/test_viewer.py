@@ -71,6 +71,8 @@ def test_chromium_draws_every_step_and_edge(tmp_path):
     assert len(re.findall(r'<g class="node ok', dom)) == 3
     assert len(re.findall(r'class="edge"', dom)) == 2  # the aggregator sees both proposers
     assert 'node ok final' in dom  # the answering step is marked
+    # the run's usage and its split, as `podium ask` prints them (no Conductor call here)
+    assert re.search(r"Conductor 0 calls · 0 tokens; workers 3 calls · \d+ tokens", dom)
     assert "<title>owned</title>" not in dom and "document.title=" in dom  # shown as text
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "trace-viewer.png"

@@ -180,6 +180,9 @@ def test_a_run_prints_a_line_a_step_and_leaves_its_curve_best_and_one_card(train
     held = [m for m in metrics(out) if "heldout/accuracy" in m]
     assert [m["step"] for m in held] == [1, 2] and all(0 <= m["heldout/accuracy"] <= 1
                                                       for m in held)
+    # 3 held-out questions: 1 to 3 different plans among those that parsed
+    assert all(m["heldout/distinct_plans"] in (1, 2, 3) or m["heldout/valid"] == 0
+               for m in held)
     best = max(m["heldout/accuracy"] for m in held)
     card = json.loads((out / "best" / "podium-conductor.json").read_text())
     assert card["heldout"]["best"] == best and card["heldout"]["n"] == 3
