@@ -33,7 +33,6 @@ horizontal lines) next to it; `--with` an earlier JSON reports its orders and ru
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import random
 import statistics

@@ -175,25 +175,32 @@ class Pipeline:
 
     async def _execute(self, workflow: Workflow, question: str, round_index: int,
                        previous: WorkflowRun | None, budget: Budget, sample_id: int | str,
-                       on_event: Event | None) -> WorkflowRun:
+                       on_event: Event | None, stream: bool = False) -> WorkflowRun:
+        """The round's workflow run. With `stream`, its last step's text is streamed to
+        `on_event` as the worker writes it when that text will be the answer: in the last
+        round there can be (no recursion round may follow to revise it)."""
         return await execute_workflow(
             workflow, question, self.team,
             options=exec_options(self.settings, self.answer_sampling),
             previous_round=previous.prior_steps() if previous else (),
             round_index=round_index, sample_id=sample_id, budget=budget, on_event=on_event,
+            stream_answer=stream and round_index == self.settings.recursion,
         )
 
     async def run_workflow(self, question: str, workflow: Workflow, *, sample_id: int | str = 0,
                            label: str = "fixed", answer: AnswerRule | None = None,
-                           on_event: Event | None = None) -> RunResult:
+                           on_event: Event | None = None,
+                           stream_answer: bool = False) -> RunResult:
         """Run a given workflow (a baseline's) with this pool's executor, limits and budget;
         no Conductor call is made. `answer` picks the answer from the step records (default:
-        `run.final_answer`). The result has the same shape as `ask`'s."""
+        `run.final_answer`). The result has the same shape as `ask`'s. `stream_answer` as
+        for `ask`."""
         t0 = time.perf_counter()
         s = self.settings
         budget = Budget(s.max_calls, s.max_tokens, s.max_cost)
         turn = ConductorTurn(0, [], workflow=workflow, extra={"system": label})
-        run = await self._execute(workflow, question, 0, None, budget, sample_id, on_event)
+        run = await self._execute(workflow, question, 0, None, budget, sample_id, on_event,
+                                  stream=stream_answer and answer is None)
         chosen = run.answer if answer is None else answer(run.steps)
         return self._result(question, [Round(turn, run, chosen)], run.stopped, t0)
 
@@ -211,15 +218,18 @@ class Pipeline:
 
     async def ask(self, question: str, *, sample_id: int | str = 0,
                   workers: Sequence[int] | None = None,
-                  on_event: Event | None = None) -> RunResult:
+                  on_event: Event | None = None, stream_answer: bool = False) -> RunResult:
         """Answer one question. `sample_id` tells repeated samples of it apart (the response
         cache keys on it), e.g. the G rollouts of one training question. `workers` restricts
-        the Conductor to those pool indices (a sub-pool; ids shown as `run.subpool_ids`)."""
+        the Conductor to those pool indices (a sub-pool; ids shown as `run.subpool_ids`).
+        `on_event` gets the Conductor's turns and every step's start and end; with
+        `stream_answer`, also the answer's text as its worker writes it ("text" events,
+        `podium.workflow.execute.AnswerText`), where the worker can stream."""
         _check_question(question)
         t0 = time.perf_counter()
         view = self._view(workers)
         turn = await self.conductor.write(question, sample_id=sample_id, view=view)
-        return await self._run(question, turn, view, sample_id, on_event, t0)
+        return await self._run(question, turn, view, sample_id, on_event, t0, stream_answer)
 
     async def run_completion(self, question: str, completion: str, *, messages: list,
                              workers: Sequence[int] | None = None, sample_id: int | str = 0,
@@ -237,7 +247,8 @@ class Pipeline:
         return await self._run(question, turn, view, sample_id, on_event, t0)
 
     async def _run(self, question: str, turn: ConductorTurn, view: PoolView,
-                   sample_id: int | str, on_event: Event | None, t0: float) -> RunResult:
+                   sample_id: int | str, on_event: Event | None, t0: float,
+                   stream: bool = False) -> RunResult:
         """Round 0 from the Conductor's turn, then the recursion rounds."""
         s = self.settings
         budget = Budget(s.max_calls, s.max_tokens, s.max_cost)
@@ -250,7 +261,7 @@ class Pipeline:
         run = None
         if turn.workflow is not None:
             run = await self._execute(turn.workflow, question, 0, None, budget, sample_id,
-                                      on_event)
+                                      on_event, stream)
         rounds = [Round(turn, run, run.answer if run else None)]
         stopped = run.stopped if run else None
         for _ in range(s.recursion):
@@ -261,7 +272,8 @@ class Pipeline:
                 stopped = why
                 break
             turn = await self.conductor.revise(last.conductor, last.answer, sample_id=sample_id)
-            rounds.append(await self._round(question, turn, last, budget, sample_id, on_event))
+            rounds.append(await self._round(question, turn, last, budget, sample_id, on_event,
+                                            stream))
             stopped = (rounds[-1].run.stopped if rounds[-1].run else None) or stopped
             if rounds[-1].run is None:
                 break  # kept, a format error or a failed call: the Conductor is done
@@ -269,7 +281,8 @@ class Pipeline:
 
 
     async def _round(self, question: str, turn: ConductorTurn, last: Round, budget: Budget,
-                     sample_id: int | str, on_event: Event | None) -> Round:
+                     sample_id: int | str, on_event: Event | None,
+                     stream: bool = False) -> Round:
         """A recursion round from the Conductor's `turn`: its workflow, if it wrote one, runs
         with the previous round (`last`) visible."""
         self._spend(turn, budget)
@@ -278,7 +291,7 @@ class Pipeline:
         if turn.workflow is None:
             return Round(turn, None, None)
         run = await self._execute(turn.workflow, question, turn.round, last.run, budget,
-                                  sample_id, on_event)
+                                  sample_id, on_event, stream)
         return Round(turn, run, run.answer)
 
     async def run_revision(self, previous: RunResult, completion: str, *, messages: list,

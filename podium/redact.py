@@ -11,6 +11,10 @@ records carry every such text onwards, and both scrub at construction:
   outcome, a trace, an eval result, a log line, a CLI error and a server's error body;
 * `ChatResponse`: a reply's text (and so a step's response in traces, caches and answers).
 
+Text streamed before its reply is whole (the answer's tokens as its worker writes them, sent
+on by `podium serve`) passes through `ScrubbedStream`, which holds back just enough of the
+text's end that a key split across two pieces is still masked whole.
+
 Where a message quotes an endpoint's text cut to a length, it cuts with `clip`, which scrubs
 before the cut.
 
@@ -51,3 +55,35 @@ def clip(text: str, limit: int) -> str:
     """The first `limit` characters of `text`, scrubbed before the cut: a quote of an
     endpoint's text never ends in half a key, which no later scrub would recognise."""
     return scrub(text)[:limit]
+
+
+class ScrubbedStream:
+    """Streamed text, scrubbed: `add` each piece as it comes, `close` at the end; `sink` gets
+    the text with every registered secret masked, as soon as no secret can still be running
+    across the next piece (the last `longest secret - 1` characters wait for more text)."""
+
+    def __init__(self, sink) -> None:
+        self.sink = sink
+        self._held = ""
+
+    def add(self, piece: str) -> None:
+        if not piece:
+            return
+        text = self._held + piece
+        longest = max((len(x) for x in _secrets), default=0)
+        cut = max(len(text) - max(longest - 1, 0), 0)
+        for secret in _secrets:  # a whole secret across the cut moves the cut before it
+            start = text.find(secret, max(cut - len(secret) + 1, 0))
+            while start != -1 and start < cut:
+                if start + len(secret) > cut:
+                    cut = start
+                    break
+                start = text.find(secret, start + 1)
+        self._held = text[cut:]
+        if cut:
+            self.sink(scrub(text[:cut]))
+
+    def close(self) -> None:
+        held, self._held = self._held, ""
+        if held:
+            self.sink(scrub(held))

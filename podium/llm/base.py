@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import email.utils
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -83,6 +84,17 @@ def applied(spec: ModelSpec, sampling: Sampling | None) -> ModelSpec:
     return spec if sampling is None else sampling.over(spec)
 
 
+TextSink = Callable[[str], None]  # gets a reply's text piece by piece as the model writes it
+
+
+def stream_kw(client: Any, on_text: TextSink | None) -> dict[str, Any]:
+    """`chat`'s keyword for streaming the reply into `on_text`: given only to a client that
+    `streams` (a backend that cannot stream, or was written without it, is called as it
+    expects; its reply arrives whole)."""
+    return {"on_text": on_text} if on_text is not None and getattr(client, "streams",
+                                                                   False) else {}
+
+
 def sampling_kw(sampling: Sampling | None) -> dict[str, Any]:
     """`chat`'s keyword for `sampling`: given only when there is one, so that a ChatClient
     written without it is still called as it expects."""
@@ -103,7 +115,12 @@ class ChatClient(Protocol):
         the executor passes "<sample>:<step>" so that identical steps of one workflow (k
         samples of one worker) stay distinct. `sampling` overrides the model's own sampling
         settings for this call (the executor passes it only when there is one, so a client
-        written before it still works without it)."""
+        written before it still works without it).
+
+        A client whose `streams` attribute is true also takes `on_text`, a `TextSink` it
+        calls with each piece of the reply's text as the model writes it (the returned
+        response still holds the whole text); the executor passes it only to such clients,
+        for the step whose reply is the answer."""
         ...
 
     @property
@@ -121,6 +138,10 @@ class ClientWrapper:
     @property
     def supports_grammar(self) -> bool:
         return self.inner.supports_grammar
+
+    @property
+    def streams(self) -> bool:
+        return getattr(self.inner, "streams", False)
 
     async def aclose(self) -> None:
         close = getattr(self.inner, "aclose", None)

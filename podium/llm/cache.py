@@ -37,8 +37,10 @@ from podium.llm.base import (
     ClientWrapper,
     Message,
     Sampling,
+    TextSink,
     applied,
     sampling_kw,
+    stream_kw,
 )
 
 log = logging.getLogger(__name__)
@@ -178,7 +180,10 @@ class CachedClient(ClientWrapper):
         self._inflight: dict[tuple[asyncio.AbstractEventLoop, str], asyncio.Future] = {}
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
+                   sample_id: int | str = 0, sampling: Sampling | None = None,
+                   on_text: TextSink | None = None) -> ChatResponse:
+        """The cached reply (whole: nothing is streamed into `on_text`), or the model's,
+        streamed into `on_text` as it comes."""
         key = cache_key(applied(self.spec, sampling), messages, grammar=grammar,
                         sample_id=sample_id)
         slot = (asyncio.get_running_loop(), key)
@@ -187,7 +192,8 @@ class CachedClient(ClientWrapper):
             shared = await asyncio.shield(pending)
             if shared is not None:
                 return shared
-            return (await self._call(key, messages, grammar, sample_id, sampling))[0]
+            return (await self._call(key, messages, grammar, sample_id, sampling,
+                                     on_text))[0]
         fut: asyncio.Future = slot[0].create_future()
         self._inflight[slot] = fut
         shared = None
@@ -195,7 +201,8 @@ class CachedClient(ClientWrapper):
             shared = await asyncio.to_thread(self.cache.get, key)
             if shared is not None:
                 return shared
-            resp, shared = await self._call(key, messages, grammar, sample_id, sampling)
+            resp, shared = await self._call(key, messages, grammar, sample_id, sampling,
+                                            on_text)
             return resp
         finally:
             del self._inflight[slot]
@@ -203,11 +210,11 @@ class CachedClient(ClientWrapper):
                 fut.set_result(shared)
 
     async def _call(self, key: str, messages: list[Message], grammar: str | None,
-                    sample_id: int | str, sampling: Sampling | None
+                    sample_id: int | str, sampling: Sampling | None, on_text: TextSink | None
                     ) -> tuple[ChatResponse, ChatResponse | None]:
         """Ask the model; store a non-empty reply. Returns it and its hit copy (if stored)."""
         resp = await self.inner.chat(messages, grammar=grammar, sample_id=sample_id,
-                                     **sampling_kw(sampling))
+                                     **sampling_kw(sampling), **stream_kw(self.inner, on_text))
         if not resp.text or resp.cache_hit:
             return resp, None
         await asyncio.to_thread(self.cache.put, key, resp)

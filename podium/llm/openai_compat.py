@@ -19,6 +19,11 @@ JSON. The SDK's layers (request options, its HTTP client's hooks, its response m
 about ten times the CPU of the aiohttp path a call; with fast workers that was about half of
 a busy `podium serve`'s CPU (benchmarks/README.md).
 
+**Streaming.** The step whose reply is the answer may be streamed (`on_text`, see
+`podium.llm.base.ChatClient`): that call goes through the openai SDK's streaming (`stream:
+true` with `stream_options.include_usage`, its SSE parser) on either transport, and each text
+delta is passed on as it arrives; the usage comes from the stream's last chunk.
+
 Either way, errors become `WorkerError` in `worker_error` (the message is written by
 `podium.llm.errors`), with the HTTP status and the server's Retry-After when there are any.
 Neither retries: `podium.llm.reliable.ReliableClient` retries, and records every attempt.
@@ -44,6 +49,7 @@ from podium.llm.base import (
     Message,
     PrefillMode,
     Sampling,
+    TextSink,
     applied,
     retry_after,
 )
@@ -145,6 +151,8 @@ def _first_choice(worker: str, data: Any, path: str) -> dict[str, Any]:
 class OpenAICompatClient:
     """A worker or Conductor behind an OpenAI-compatible `/chat/completions` endpoint."""
 
+    streams = True  # `on_text`: see the module's Streaming
+
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
         self.name = spec.name
@@ -164,12 +172,15 @@ class OpenAICompatClient:
                     "in the pool file (with httpx's SOCKS support installed), or an HTTP "
                     "proxy.")
         else:
-            self._sdk = openai.AsyncOpenAI(
-                base_url=spec.base_url,
-                api_key=self._key or "not-needed",
-                timeout=openai.Timeout(spec.timeout_s, connect=spec.connect_timeout_s),
-                max_retries=0,  # ReliableClient retries (and records each attempt)
-            )
+            self._sdk = self._make_sdk()
+
+    def _make_sdk(self) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(
+            base_url=self.spec.base_url,
+            api_key=self._key or "not-needed",
+            timeout=openai.Timeout(self.spec.timeout_s, connect=self.spec.connect_timeout_s),
+            max_retries=0,  # ReliableClient retries (and records each attempt)
+        )
 
     def _open(self) -> aiohttp.ClientSession:
         """The model's connection pool (transport aiohttp), made in the running event loop:
@@ -270,13 +281,20 @@ class OpenAICompatClient:
         return "as_message"
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
+                   sample_id: int | str = 0, sampling: Sampling | None = None,
+                   on_text: TextSink | None = None) -> ChatResponse:
         body = self._request(messages, grammar, sampling)
         # a `prompt` body is a prefill to continue on /completions (`prefill = "completions"`)
         path = "/completions" if "prompt" in body else "/chat/completions"
+        if on_text is not None:
+            return await self._streamed(messages, path, body, on_text)
         start = time.perf_counter()
         raw, headers = await self._post(path, body)
-        latency = time.perf_counter() - start
+        return self._reply(messages, path, body, raw, headers, time.perf_counter() - start)
+
+    def _reply(self, messages: list[Message], path: str, body: dict[str, Any], raw: bytes,
+               headers: Any, latency: float) -> ChatResponse:
+        """The ChatResponse of a whole (not streamed) reply."""
         try:
             data = json.loads(raw)  # whatever the content-type says, as the SDK reads it
         except ValueError as exc:
@@ -300,6 +318,60 @@ class OpenAICompatClient:
             latency_s=latency,
             model=data.get("model") or self.spec.model,
             request_id=headers.get("x-request-id") or data.get("id"),
+            prefill=self._prefill_mode(messages),
+        )
+
+    async def _streamed(self, messages: list[Message], path: str, body: dict[str, Any],
+                        on_text: TextSink) -> ChatResponse:
+        """The call streamed through the SDK, each text delta passed to `on_text`."""
+        self._sdk = self._sdk or self._make_sdk()
+        body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        start = time.perf_counter()
+        pieces: list[str] = []
+        usage: dict[str, Any] = {}
+        finish = model = rid = None
+        try:
+            stream = await self._sdk.post(path, body=body, cast_to=object, stream=True,
+                                          stream_cls=openai.AsyncStream[object])
+            headers = stream.response.headers
+            if "text/event-stream" not in headers.get("content-type", ""):
+                # a server that ignores `stream` (or a reply that is no completion at all)
+                raw = await stream.response.aread()
+                reply = self._reply(messages, path, body, raw, headers,
+                                    time.perf_counter() - start)
+                if reply.text:
+                    on_text(reply.text)
+                return reply
+            rid = headers.get("x-request-id")
+            async for chunk in stream:
+                if not isinstance(chunk, dict):
+                    continue
+                model, rid = chunk.get("model") or model, rid or chunk.get("id")
+                usage = _fields(chunk.get("usage")) or usage
+                for choice in chunk.get("choices") or []:
+                    if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                        continue
+                    text = (choice.get("text") if "prompt" in body
+                            else _fields(choice.get("delta")).get("content"))
+                    if text:
+                        pieces.append(text)
+                        on_text(text)
+                    finish = choice.get("finish_reason") or finish
+        except openai.OpenAIError as exc:
+            raise worker_error(self.spec, exc, self._key) from None
+        if finish is None:  # no last chunk: the connection ended mid-reply
+            raise WorkerError(self.name, "server", "the endpoint's stream ended before the "
+                              f"reply was complete ({len(''.join(pieces))} characters in)")
+        details = _fields(usage.get("completion_tokens_details"))
+        return ChatResponse(
+            text="".join(pieces),
+            prompt_tokens=usage.get("prompt_tokens") or 0,
+            completion_tokens=usage.get("completion_tokens") or 0,
+            reasoning_tokens=details.get("reasoning_tokens"),
+            finish_reason=finish,
+            latency_s=time.perf_counter() - start,
+            model=model or self.spec.model,
+            request_id=rid,
             prefill=self._prefill_mode(messages),
         )
 

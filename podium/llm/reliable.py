@@ -32,8 +32,10 @@ from podium.llm.base import (
     ClientWrapper,
     Message,
     Sampling,
+    TextSink,
     applied,
     sampling_kw,
+    stream_kw,
 )
 
 WINDOW_S = 60.0
@@ -137,17 +139,28 @@ class ReliableClient(ClientWrapper):
         return min(s.backoff_max_s, s.backoff_s * 2**retry) * (0.5 + self._rng.random() / 2)
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
+                   sample_id: int | str = 0, sampling: Sampling | None = None,
+                   on_text: TextSink | None = None) -> ChatResponse:
+        """The reply, after as many retries as the model's settings allow. A streamed reply
+        (`on_text`) is retried only while none of its text has been passed on: text already
+        sent cannot be taken back, so a call that fails after it raises."""
         est = estimate_tokens(messages, applied(self.spec, sampling).max_tokens)
         records: list[dict[str, Any]] = []
         errors = empties = 0  # retries used on failures, re-asks used on empty replies
+        sent: list[str] = []
+
+        def passed_on(piece: str) -> None:
+            sent.append(piece)
+            on_text(piece)
+
         while True:
             attempt = len(records) + 1
             if self.limiter is not None:
                 await self.limiter.acquire(est)
             try:
-                resp = await self.inner.chat(messages, grammar=grammar, sample_id=sample_id,
-                                             **sampling_kw(sampling))
+                resp = await self.inner.chat(
+                    messages, grammar=grammar, sample_id=sample_id, **sampling_kw(sampling),
+                    **stream_kw(self.inner, passed_on if on_text is not None else None))
             except WorkerError as exc:
                 error = exc
             except TimeoutError:
@@ -163,8 +176,8 @@ class ReliableClient(ClientWrapper):
                 records.append(_record(attempt, "empty", None, "the reply was empty", wait))
                 await self._sleep(wait)
                 continue
-            if not error.retryable or errors >= self.spec.retries:
-                error.retries = records
+            if not error.retryable or errors >= self.spec.retries or "".join(sent).strip():
+                error.retries = records  # (text already passed on: not retried)
                 raise error
             errors += 1
             wait = self.backoff(len(records), error.retry_after)

@@ -13,8 +13,11 @@ answers from the response cache included), summed. The `podium` field adds what 
 format has no place for: calls, cost (USD at the pool's list prices; null when a called model
 has no price) and the outcome's notes (a fallback, a kept answer).
 
-**Progress** (streaming) is sent as `reasoning_content` deltas, one line each
-(`podium.serve.progress`).
+**Streaming** sends the progress as `reasoning_content` deltas, one line each
+(`podium.serve.progress`), until the answer begins; the answer as `content` deltas as the
+worker writing it produces them (where its backend streams: OpenAI-compatible endpoints and
+the embedded model; otherwise, and for a cached reply, the whole answer once its step is
+done, in pieces).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from podium.serve.runs import CLIENT_GONE, Run, finished, progress_lines
+from podium.serve.runs import CLIENT_GONE, Run, finished, replaced_answer, rest_of, run_events
+from podium.workflow.execute import AnswerText
 
 ANSWER_PIECE = 256  # characters per content delta
 
@@ -91,8 +95,8 @@ def answer_pieces(answer: str) -> list[str]:
 async def stream(run: Run, cid: str, created: int, model: str, tid: str | None,
                  include_usage: bool) -> AsyncIterator[str]:
     """The Chat Completions stream of one run: the role, the progress lines as
-    `reasoning_content` deltas, the answer as `content` deltas, the finish reason, the usage
-    chunk when asked, `[DONE]`."""
+    `reasoning_content` deltas, the answer as `content` deltas (as it is written, then what
+    is left of it), the finish reason, the usage chunk when asked, `[DONE]`."""
     extra = {"usage": None} if include_usage else {}
 
     def piece(delta: dict | None, finish: str | None = None, **more) -> str:
@@ -100,14 +104,25 @@ async def stream(run: Run, cid: str, created: int, model: str, tid: str | None,
 
     try:
         yield piece({"role": "assistant", "content": ""})
-        async for line in progress_lines(run):
-            yield ": keep-alive\n\n" if line is None else piece({"reasoning_content": line})
+        sent = ""
+        async for item in run_events(run):
+            if item is None:
+                yield ": keep-alive\n\n"
+            elif isinstance(item, AnswerText):
+                sent += item.text
+                yield piece({"content": item.text})
+            else:
+                yield piece({"reasoning_content": item})
         result, error = finished(run)
+        rest = rest_of(result.answer, sent) if error is None else None
+        if error is None and rest is None:
+            error = replaced_answer()
         if error is not None:
             yield sse(error.body())
             return
-        for text in answer_pieces(result.answer):
-            yield piece({"content": text})
+        if rest or not sent:
+            for text in answer_pieces(rest):
+                yield piece({"content": text})
         ids = {"podium_trace_id": tid} if tid else {}
         yield piece({}, finish_reason(result), **ids)
         if include_usage:

@@ -22,11 +22,14 @@ Streaming sends the standard events, each with its `sequence_number`:
     response.reasoning_text.done, response.output_item.done
     response.output_item.added            the `message` item (output 1)
     response.content_part.added
-    response.output_text.delta     ...    the answer
+    response.output_text.delta     ...    the answer, as the worker writing it produces it
     response.output_text.done, response.content_part.done, response.output_item.done
     response.completed                    the whole response, usage included
 
-A run without an answer ends the stream with an `error` event (and `response.failed`). A
+The reasoning item closes when the answer begins (progress after that is in the trace only).
+Where the answer's worker cannot stream (or its reply is cached) the answer comes whole once
+its step is done, in pieces. A run without an answer ends the stream with an `error` event
+(and `response.failed`). A
 client that reads only `response.output_text.delta` gets a clean answer.
 """
 
@@ -53,7 +56,8 @@ from podium.serve.protocol import (
     validated,
     validation_error,
 )
-from podium.serve.runs import CLIENT_GONE, Run, finished, progress_lines
+from podium.serve.runs import CLIENT_GONE, Run, finished, replaced_answer, rest_of, run_events
+from podium.workflow.execute import AnswerText
 
 TEXT_TYPES = ("input_text", "output_text", "text")
 
@@ -181,24 +185,27 @@ class EventStream:
         self.sequence += 1
         return f"event: {kind}\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
 
-    def answer(self, mid: str, text: str) -> list[str]:
-        """The message item's events, from added to done, with the answer as deltas."""
-        out = [self.event("response.output_item.added", output_index=1,
-                          item=message_item(mid, None, "in_progress")),
-               self.event("response.content_part.added", item_id=mid, output_index=1,
-                          content_index=0,
-                          part={"type": "output_text", "text": "", "annotations": []})]
-        for piece in answer_pieces(text):
-            out.append(self.event("response.output_text.delta", item_id=mid, output_index=1,
-                                  content_index=0, delta=piece, logprobs=[]))
-        out += [self.event("response.output_text.done", item_id=mid, output_index=1,
+    def open_answer(self, mid: str) -> list[str]:
+        """The message item's opening events."""
+        return [self.event("response.output_item.added", output_index=1,
+                           item=message_item(mid, None, "in_progress")),
+                self.event("response.content_part.added", item_id=mid, output_index=1,
+                           content_index=0,
+                           part={"type": "output_text", "text": "", "annotations": []})]
+
+    def delta(self, mid: str, piece: str) -> str:
+        return self.event("response.output_text.delta", item_id=mid, output_index=1,
+                          content_index=0, delta=piece, logprobs=[])
+
+    def close_answer(self, mid: str, text: str) -> list[str]:
+        """The message item's closing events, with the whole answer."""
+        return [self.event("response.output_text.done", item_id=mid, output_index=1,
                            content_index=0, text=text, logprobs=[]),
                 self.event("response.content_part.done", item_id=mid, output_index=1,
                            content_index=0,
                            part={"type": "output_text", "text": text, "annotations": []}),
                 self.event("response.output_item.done", output_index=1,
                            item=message_item(mid, text))]
-        return out
 
 
 async def stream(run: Run, req, ids: tuple[str, str, str], created: int,
@@ -217,29 +224,55 @@ async def stream(run: Run, req, ids: tuple[str, str, str], created: int,
                        item={"type": "reasoning", "id": rsid, "summary": [], "content": [],
                              "status": "in_progress"})
         lines: list[str] = []
-        async for line in progress_lines(run):
-            if line is None:
+        sent: str | None = None  # the answer's text streamed so far (None: not begun)
+        reasoning: dict = {}
+
+        def close_reasoning() -> list[str]:
+            thought = "".join(lines)
+            reasoning.update({"type": "reasoning", "id": rsid, "summary": [],
+                              "status": "completed",
+                              "content": [{"type": "reasoning_text", "text": thought}]})
+            return [ev.event("response.reasoning_text.done", item_id=rsid, output_index=0,
+                             content_index=0, text=thought),
+                    ev.event("response.output_item.done", output_index=0, item=reasoning)]
+
+        async for item in run_events(run):
+            if item is None:
                 yield ": keep-alive\n\n"
-                continue
-            lines.append(line)
-            yield ev.event("response.reasoning_text.delta", item_id=rsid, output_index=0,
-                           content_index=0, delta=line)
-        thought = "".join(lines)
-        reasoning = {"type": "reasoning", "id": rsid, "summary": [], "status": "completed",
-                     "content": [{"type": "reasoning_text", "text": thought}]}
-        yield ev.event("response.reasoning_text.done", item_id=rsid, output_index=0,
-                       content_index=0, text=thought)
-        yield ev.event("response.output_item.done", output_index=0, item=reasoning)
+            elif isinstance(item, AnswerText):
+                if sent is None:
+                    sent = ""
+                    for event in [*close_reasoning(), *ev.open_answer(mid)]:
+                        yield event
+                sent += item.text
+                yield ev.delta(mid, item.text)
+            else:
+                lines.append(item)
+                yield ev.event("response.reasoning_text.delta", item_id=rsid, output_index=0,
+                               content_index=0, delta=item)
+        if sent is None:
+            for event in close_reasoning():
+                yield event
         result, error = finished(run)
+        rest = rest_of(result.answer, sent or "") if error is None else None
+        if error is None and rest is None:
+            error = replaced_answer()
         if error is not None:
             body = error.body()["error"]
+            output = [reasoning] + ([message_item(mid, sent, "incomplete")] if sent else [])
             yield ev.event("error", code=body["code"], message=body["message"],
                            param=body["param"])
             yield ev.event("response.failed", response=whole(
-                "failed", output=[reasoning], result=result,
+                "failed", output=output, result=result,
                 error={"code": body["code"] or "server_error", "message": body["message"]}))
             return
-        for event in ev.answer(mid, result.answer):
+        if sent is None:
+            for event in ev.open_answer(mid):
+                yield event
+        if rest or not sent:
+            for piece in answer_pieces(rest):
+                yield ev.delta(mid, piece)
+        for event in ev.close_answer(mid, result.answer):
             yield event
         yield ev.event("response.completed", response=whole(
             "completed", output=[reasoning, message_item(mid, result.answer)],

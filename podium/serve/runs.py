@@ -3,9 +3,9 @@
 `start` runs the pipeline as a task. The task's slot is given back when it ends, whatever
 becomes of the response. Its trace is written whether it finishes or is stopped (the client
 went away, the server shut down), and its outcome goes into the access log line. A handler
-then either waits for the result (`answered`) or streams `progress_lines` and reads the end
-with `finished`; both turn a run without an answer into the error the client is told
-(`no_answer_error`).
+then either waits for the result (`answered`) or streams `run_events` (progress lines and
+the answer's text as its worker writes it) and reads the end with `finished`; both turn a
+run without an answer into the error the client is told (`no_answer_error`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from podium.serve.metrics import USAGE
 from podium.serve.protocol import Options
 from podium.serve.shutdown import SHUT_DOWN, Drain
 from podium.serve.traces import TraceStore
+from podium.workflow.execute import AnswerText
 
 log = logging.getLogger("podium.serve")
 
@@ -120,8 +121,9 @@ def start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces: 
     run = Run(events)
 
     def on_event(kind: str, obj) -> None:
-        line = progress.line(kind, obj, names)
-        if line:
+        if kind == "text":
+            events.put_nowait(obj)
+        elif line := progress.line(kind, obj, names):
             events.put_nowait(line)
 
     def about() -> dict:
@@ -168,18 +170,39 @@ def start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces: 
     return run
 
 
-async def progress_lines(run: Run) -> AsyncIterator[str | None]:
-    """The run's progress lines as they come; None when nothing came for KEEPALIVE_S (send a
-    keep-alive comment). Ends when the run does."""
+async def run_events(run: Run) -> AsyncIterator[str | AnswerText | None]:
+    """The run's progress lines and pieces of the answer's text, as they come; None when
+    nothing came for KEEPALIVE_S (send a keep-alive comment). Ends when the run does. Once
+    the answer's text has begun, the progress lines are left out (the trace has them)."""
+    answering = False
     while True:
         try:
-            line = await asyncio.wait_for(run.events.get(), KEEPALIVE_S)
+            item = await asyncio.wait_for(run.events.get(), KEEPALIVE_S)
         except TimeoutError:
             yield None
             continue
-        if line is None:
+        if item is None:
             return
-        yield line + "\n"
+        if isinstance(item, AnswerText):
+            answering = True
+            yield item
+        elif not answering:
+            yield item + "\n"
+
+
+def rest_of(answer: str, sent: str) -> str | None:
+    """What is left of `answer` to send after `sent` (its streamed start); None when what was
+    sent is not the answer's start (the step that streamed it failed, and the answer is
+    another round's): text already sent cannot be taken back."""
+    if answer.startswith(sent):
+        return answer[len(sent):]
+    return answer if not sent.strip() else None
+
+
+def replaced_answer() -> ApiError:
+    return ApiError(502, "The step writing the answer failed after part of its text was "
+                    "streamed, and the answer is another round's; the trace has both. Retry, "
+                    "or ask without streaming.", code="answer_replaced")
 
 
 async def disconnected(request: Request) -> None:

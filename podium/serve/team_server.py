@@ -98,7 +98,8 @@ class TeamServer:
         if req.model == MODEL:
             workers = _workers(self.pipeline, opts)
             pipe = _variant(self.pipeline, opts, answer)
-            return lambda on_event: pipe.ask(question, workers=workers, on_event=on_event)
+            return lambda on_event: pipe.ask(question, workers=workers, on_event=on_event,
+                                             stream_answer=on_event is not None)
         if req.model not in self.served:
             raise no_model(req.model, self.served)
         if opts.workers or opts.recursion is not None:
@@ -108,7 +109,8 @@ class TeamServer:
         pipe = _variant(self.single, opts, answer)
         flow = Workflow.of([(self.names.index(req.model), SOLVE, ())])
         return lambda on_event: pipe.run_workflow(question, flow, label=f"worker:{req.model}",
-                                                  on_event=on_event)
+                                                  on_event=on_event,
+                                                  stream_answer=on_event is not None)
 
     def begin(self, req, opts: Options, question: str, tid: str, owner: str | None,
               scope: dict) -> tuple[Run, dict, str | None]:

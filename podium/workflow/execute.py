@@ -14,6 +14,11 @@ messages sent, the response, tokens, cost, retries, latency and timing relative 
 A step's cost is its list price (a cached answer included: what the step needs); a failed call
 costs what its usage says, usually 0. Cost is None only for a worker without a price.
 
+With `stream_answer`, the last step (its reply is the answer) is called streaming where its
+client can stream: each piece of its text is emitted as an `AnswerText` event as the worker
+writes it, scrubbed of secrets (`podium.redact.ScrubbedStream`); what was emitted is a prefix
+of the step's response. A client that cannot stream, or a cached reply, emits nothing.
+
 A `Budget` caps one question's calls, tokens and cost across the Conductor and every round:
 a step that would go past a cap is not called; it and the steps after it are `skipped` with the
 budget as the recorded reason. Calls are reserved before they start, so parallel steps never
@@ -31,7 +36,8 @@ from typing import Literal
 
 from podium.config import Price
 from podium.errors import INTERNAL, WorkerError
-from podium.llm.base import ChatClient, Message, Sampling, sampling_kw
+from podium.llm.base import ChatClient, Message, Sampling, sampling_kw, stream_kw
+from podium.redact import ScrubbedStream
 from podium.workflow.render import MessageOptions, PriorStep, worker_messages
 from podium.workflow.types import Access, Workflow, access_json
 
@@ -155,7 +161,16 @@ class Team:
         return len(self.clients)
 
 
-StepEvent = Callable[[str, StepRecord], None]  # ("started" | "finished", record)
+@dataclass(frozen=True)
+class AnswerText:
+    """A piece of the answer's text as its worker writes it (`stream_answer`)."""
+
+    step: StepRecord
+    text: str
+
+
+# ("started" | "finished", StepRecord) or ("text", AnswerText)
+StepEvent = Callable[[str, "StepRecord | AnswerText"], None]
 
 
 def final_answer(steps: Sequence[StepRecord], rule: str) -> str | None:
@@ -181,6 +196,7 @@ async def execute_workflow(
     sample_id: int | str = 0,
     budget: Budget | None = None,
     on_event: StepEvent | None = None,
+    stream_answer: bool = False,
 ) -> WorkflowRun:
     """Run every step of `workflow` (already validated against the team's size)."""
     workflow.validate(len(team))
@@ -226,11 +242,15 @@ async def execute_workflow(
         rec.status = "running"
         rec.started_s = time.perf_counter() - t0
         emit("started", rec)
+        last = rec.index == len(records) - 1
+        client = team.clients[rec.worker]
+        text = (ScrubbedStream(lambda piece: emit("text", AnswerText(rec, piece)))
+                if last and stream_answer and on_event is not None else None)
         try:
-            last = rec.index == len(records) - 1
-            resp = await team.clients[rec.worker].chat(
+            resp = await client.chat(
                 rec.messages, sample_id=f"{sample_id}:{rec.index}",
-                **sampling_kw(options.answer_sampling if last else None))
+                **sampling_kw(options.answer_sampling if last else None),
+                **stream_kw(client, text.add if text is not None else None))
         except WorkerError as exc:
             rec.status, rec.error_kind, rec.error = "error", exc.kind, str(exc)
             rec.retries = list(exc.retries)
@@ -244,6 +264,8 @@ async def execute_workflow(
             rec.latency_s, rec.model = resp.latency_s, resp.model
             rec.request_id, rec.prefill = resp.request_id, resp.prefill
             rec.cache_hit, rec.retries = resp.cache_hit, list(resp.retries)
+            if text is not None:
+                text.close()
         price = team.prices[rec.worker]
         rec.cost = price.cost(rec.prompt_tokens, rec.completion_tokens) if price else None
         if budget is not None and not rec.cache_hit:

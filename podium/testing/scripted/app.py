@@ -68,6 +68,42 @@ def _last_user_message(messages: list[Any]) -> str:
     return ""
 
 
+STREAM_PIECE = 4  # characters per streamed content delta
+STREAM_GAP_S = 0.01  # between deltas: a client sees the reply arrive in pieces
+
+
+def _streamed(reply: dict, body: dict, truncated: bool, headers: dict) -> Any:
+    """`reply` (a chat.completion) as OpenAI streams it: a role chunk, the content in pieces,
+    the finish chunk, the usage chunk when `stream_options.include_usage` asks, [DONE]. A
+    `truncated` stream stops halfway, as a dropped connection does."""
+    from starlette.responses import StreamingResponse
+
+    text = reply["choices"][0]["message"]["content"]
+    head = {k: reply[k] for k in ("id", "created", "model")}
+
+    def chunk(delta: dict | None, finish: str | None = None, **more: Any) -> bytes:
+        choices = [] if delta is None else [{"index": 0, "delta": delta,
+                                             "finish_reason": finish}]
+        data = {**head, "object": "chat.completion.chunk", "choices": choices, **more}
+        return f"data: {json.dumps(data)}\n\n".encode()
+
+    async def events():
+        yield chunk({"role": "assistant", "content": ""})
+        pieces = [text[i:i + STREAM_PIECE] for i in range(0, len(text), STREAM_PIECE)]
+        for n, piece in enumerate(pieces):
+            if truncated and n >= len(pieces) // 2:
+                return
+            await asyncio.sleep(STREAM_GAP_S)
+            yield chunk({"content": piece})
+        yield chunk({}, "stop")
+        if (body.get("stream_options") or {}).get("include_usage"):
+            yield chunk(None, usage=reply["usage"])
+        yield b"data: [DONE]\n\n"
+
+    keep = {k: v for k, v in headers.items() if k.lower() == "x-request-id"}
+    return StreamingResponse(events(), media_type="text/event-stream", headers=keep)
+
+
 def _count_words(text: str) -> int:
     return len(text.split())
 
@@ -189,13 +225,6 @@ def build_app(config: ServerConfig, stats: Stats | None = None) -> Starlette:
             return error(
                 400, "`messages` must be a list", "invalid_request_error", "invalid_messages"
             )
-        if body.get("stream"):
-            return error(
-                400,
-                "the scripted server does not support stream=true",
-                "invalid_request_error",
-                "stream_not_supported",
-            )
 
         last_user = _last_user_message(messages)
         fault = _fault_for(config, stats, model)
@@ -251,6 +280,9 @@ def build_app(config: ServerConfig, stats: Stats | None = None) -> Starlette:
                 },
                 headers={"x-request-id": f"req-{uuid.uuid4().hex[:16]}"},
             )
+            if body.get("stream"):
+                return _streamed(json.loads(reply.body), body, fault == "truncated",
+                                 dict(reply.headers))
             if fault == "truncated":
                 half = bytes(reply.body[: len(reply.body) // 2])
                 return Response(half, status_code=200, media_type="application/json")
