@@ -12,8 +12,9 @@ records carry every such text onwards, and both scrub at construction:
 * `ChatResponse`: a reply's text (and so a step's response in traces, caches and answers).
 
 Text streamed before its reply is whole (the answer's tokens as its worker writes them, sent
-on by `podium serve`) passes through `ScrubbedStream`, which holds back just enough of the
-text's end that a key split across two pieces is still masked whole.
+on by `podium serve`) passes through `ScrubbedStream`, which holds back an end of the text
+that could be the start of a key, so that a key split across two pieces is still masked
+whole.
 
 Where a message quotes an endpoint's text cut to a length, it cuts with `clip`, which scrubs
 before the cut.
@@ -60,7 +61,8 @@ def clip(text: str, limit: int) -> str:
 class ScrubbedStream:
     """Streamed text, scrubbed: `add` each piece as it comes, `close` at the end; `sink` gets
     the text with every registered secret masked, as soon as no secret can still be running
-    across the next piece (the last `longest secret - 1` characters wait for more text)."""
+    across the next piece: only an end of the text that is the start of a secret waits for
+    more text (ordinary text passes at once)."""
 
     def __init__(self, sink) -> None:
         self.sink = sink
@@ -70,8 +72,12 @@ class ScrubbedStream:
         if not piece:
             return
         text = self._held + piece
-        longest = max((len(x) for x in _secrets), default=0)
-        cut = max(len(text) - max(longest - 1, 0), 0)
+        cut = len(text)
+        for secret in _secrets:  # the earliest end of the text that could begin a secret
+            for start in range(max(len(text) - len(secret) + 1, 0), cut):
+                if secret.startswith(text[start:]):
+                    cut = start
+                    break
         for secret in _secrets:  # a whole secret across the cut moves the cut before it
             start = text.find(secret, max(cut - len(secret) + 1, 0))
             while start != -1 and start < cut:

@@ -111,3 +111,17 @@ def test_the_executor_streams_only_the_answer_step(server):
     # every piece came before the answer step finished
     finished = next(i for i, (k, o) in enumerate(events) if k == "finished" and o.index == 1)
     assert max(i for i, (k, _) in enumerate(events) if k == "text") < finished
+
+
+def test_ordinary_text_passes_at_once_and_only_a_possible_key_start_waits():
+    register(SECRET)
+    out: list[str] = []
+    scrubbed = ScrubbedStream(out.append)
+    for piece in ("The ", "answer ", "is four. "):
+        scrubbed.add(piece)
+    assert out == ["The ", "answer ", "is four. "]  # no lag behind a long registered key
+    scrubbed.add("Key: " + SECRET[:6])  # could be a key's start: held
+    assert out[-1] == "Key: "
+    scrubbed.add(SECRET[6:] + " end")
+    scrubbed.close()
+    assert "".join(out) == "The answer is four. Key: *** end"
