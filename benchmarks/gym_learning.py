@@ -94,7 +94,6 @@ class HeldOut(podium_heldout.HeldOut):
         # the first n of the held-out split, where the families take turns: as many questions
         # of each family (a third chained with three families), not a random draw's mix
         super().__init__(plan, task, task.items("test")[:n], "test")
-        self.plan = plan
 
     def accuracy(self, completions: list[str]) -> float:
         return self.score(completions, 0).accuracy
@@ -107,7 +106,7 @@ class HeldOut(podium_heldout.HeldOut):
         from podium.workflow.grammar import OPENING
         from podium.workflow.prompt import get_prompt
 
-        settings = self.plan.settings
+        settings = self.run.settings
         opened = get_prompt(settings.prompt).prefill.rstrip().endswith(OPENING)
         subtask = question_subtask(self.task.format(item), settings.max_subtask_chars)
         lists = (f"{', '.join(map(str, ids))}]\nsubtasks = {json.dumps([subtask] * len(ids))}"
@@ -118,7 +117,7 @@ class HeldOut(podium_heldout.HeldOut):
         return [self._plan(ids, access, item) for item in self.items]
 
     def baselines(self) -> dict[str, float]:
-        names = [w.name for w in self.plan.pool.workers]
+        names = [w.name for w in self.run.pool.workers]
         single = {name: self.accuracy(self._plans([i], ["[]"]))
                   for i, name in enumerate(names)}
         return {"best_single": max(single.values()), "single": single,
@@ -130,7 +129,7 @@ class HeldOut(podium_heldout.HeldOut):
         when there are at most `most` of them; otherwise the mean of three random draws."""
         from podium.train.explore import count_skeletons
 
-        steps = self.plan.settings.max_steps
+        steps = self.run.settings.max_steps
         if sum(count_skeletons(workers, steps)) <= most:
             return statistics.fmean(
                 statistics.fmean(self.accuracy(self._plans(list(ids), ["[]", *access]))
