@@ -77,12 +77,16 @@ class System:
     make: Callable[[str, int], Workflow] | None = None  # None: the Conductor
     vote: bool = False
 
-    async def run(self, question: str, *, sample_id: int = 0, on_event=None) -> RunResult:
+    async def run(self, question: str, *, sample_id: int = 0, on_event=None,
+                  budget: float | None = None) -> RunResult:
+        """One answer; with `budget` (USD), the Conductor is shown it (`run.show_budget`) and
+        every system's plan is priced against it (`outcome.budget`)."""
         if self.make is None:
-            return await self.pipeline.ask(question, sample_id=sample_id, on_event=on_event)
+            return await self.pipeline.ask(question, sample_id=sample_id, on_event=on_event,
+                                           budget=budget)
         return await self.pipeline.run_workflow(
             question, self.make(question, sample_id), sample_id=sample_id, label=self.spec,
-            answer=_vote if self.vote else None, on_event=on_event)
+            answer=_vote if self.vote else None, on_event=on_event, budget=budget)
 
 
 def _vote(steps: Sequence[StepRecord]) -> str | None:

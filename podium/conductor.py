@@ -64,7 +64,7 @@ def workflow_messages(question: str, view: PoolView, settings: RunSettings) -> l
     inference, and what a trainer's policy is prompted with."""
     return conductor_messages(question, view.entries, prompt=settings.prompt,
                               fewshots=settings.fewshots, max_steps=settings.max_steps,
-                              display=settings.pool_display)
+                              display=settings.pool_display, budget=view.budget_line)
 
 
 def revise_messages(previous: ConductorTurn, answer: str,

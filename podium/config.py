@@ -47,13 +47,16 @@ class _Frozen(BaseModel):
 
 
 class Price(_Frozen):
-    """USD per one million tokens."""
+    """USD per one million tokens, plus an optional flat price per call (a tool, an API
+    billed by the request)."""
 
-    input: float = 0.0
-    output: float = 0.0
+    input: float = Field(0.0, ge=0)
+    output: float = Field(0.0, ge=0)
+    per_call: float = Field(0.0, ge=0, description="USD per call, on top of the tokens.")
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (prompt_tokens * self.input + completion_tokens * self.output) / 1e6
+        return (prompt_tokens * self.input + completion_tokens * self.output) / 1e6 \
+            + self.per_call
 
 
 class ModelSpec(_Frozen):
@@ -220,6 +223,9 @@ class RunSettings(_Frozen):
                                   "(Conductor included).")
     max_tokens: int | None = Field(None, ge=1, description="Per-question cap on tokens.")
     max_cost: float | None = Field(None, ge=0, description="Per-question cap on cost (USD).")
+    show_budget: bool = Field(False, description="Show the Conductor the request's budget: "
+                              "each worker's line says how many of its calls the budget pays "
+                              "for at list price (podium.budget). Off: the paper's prompt.")
 
 
 class Pool(_Frozen):

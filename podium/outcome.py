@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from podium.budget import BudgetCheck
 from podium.errors import INTERNAL
 from podium.scoring.base import Grade
 
@@ -151,6 +152,11 @@ class Outcome:
     notes: tuple[str, ...] = ()  # plain sentences: fallbacks, kept answers, rounds that failed
     grade: Grade | None = None
     conductor: Usage = Usage()  # the Conductor's own calls: part of `used`
+    budget: BudgetCheck | None = None  # the plan against the request's budget, if it had one
+
+    @property
+    def over_budget(self) -> bool:
+        return self.budget is not None and self.budget.over
 
     @property
     def workers_used(self) -> Usage:
@@ -210,6 +216,8 @@ class Outcome:
             "stopped": self.stopped,
             "notes": list(self.notes),
         }
+        if self.budget is not None:
+            data["budget"] = self.budget.to_json()
         if self.grade is not None:
             g = self.grade
             data["grade"] = {"correct": g.correct, "score": g.score, "extracted": g.extracted,

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from podium.budget import BudgetCheck, RequestBudget, plan_price
 from podium.conductor import Conductor, ConductorTurn
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
@@ -30,7 +31,7 @@ from podium.llm.base import ChatClient, Sampling
 from podium.llm.cache import ResponseCache, default_cache_path
 from podium.llm.registry import build_clients
 from podium.outcome import Outcome, Round, build_outcome
-from podium.subpool import PoolView, make_view
+from podium.subpool import PoolView, settings_view
 from podium.workflow.execute import (
     Budget,
     ExecOptions,
@@ -146,7 +147,8 @@ class Pipeline:
                 "takes no grammar. Set grammar_style for it (llama_cpp or vllm) or set "
                 "constrained = false in [conductor]."
             )
-        self.conductor = Conductor(conductor_client, make_view(pool.workers), self.settings,
+        self.conductor = Conductor(conductor_client, settings_view(pool.workers, self.settings),
+                                   self.settings,
                                    constrained=constrained, price=pool.conductor.price)
 
     async def __aenter__(self) -> Pipeline:
@@ -168,10 +170,21 @@ class Pipeline:
             budget.spend(turn.prompt_tokens + turn.completion_tokens, turn.cost)
 
     def _result(self, question: str, rounds: list[Round], stopped: str | None,
-                t0: float) -> RunResult:
+                t0: float, budget: RequestBudget | None = None) -> RunResult:
         outcome = build_outcome(rounds, stopped=stopped,
                                 recursion_format_error=self.settings.recursion_format_error)
+        if budget is not None:
+            outcome = replace(outcome, budget=self._check(rounds, budget))
         return RunResult(question, tuple(rounds), outcome, time.perf_counter() - t0)
+
+    def _check(self, rounds: Sequence[Round], budget: RequestBudget) -> BudgetCheck:
+        """Every round's plan priced at the request's call prices, against its budget."""
+        prices = budget.call_prices(self.pool.workers)
+        steps = [s for r in rounds if r.run for s in r.run.steps]
+        costs = [s.cost for s in steps if s.status in ("ok", "error")]
+        charged = None if any(c is None for c in costs) else sum(costs)  # type: ignore[misc]
+        return BudgetCheck(budget.amount, plan_price([s.worker for s in steps], prices),
+                           charged)
 
     async def _execute(self, workflow: Workflow, question: str, round_index: int,
                        previous: WorkflowRun | None, budget: Budget, sample_id: int | str,
@@ -190,19 +203,21 @@ class Pipeline:
     async def run_workflow(self, question: str, workflow: Workflow, *, sample_id: int | str = 0,
                            label: str = "fixed", answer: AnswerRule | None = None,
                            on_event: Event | None = None,
-                           stream_answer: bool = False) -> RunResult:
+                           stream_answer: bool = False,
+                           budget: float | RequestBudget | None = None) -> RunResult:
         """Run a given workflow (a baseline's) with this pool's executor, limits and budget;
         no Conductor call is made. `answer` picks the answer from the step records (default:
-        `run.final_answer`). The result has the same shape as `ask`'s. `stream_answer` as
-        for `ask`."""
+        `run.final_answer`). The result has the same shape as `ask`'s. `stream_answer` and
+        `budget` as for `ask`."""
         t0 = time.perf_counter()
         s = self.settings
-        budget = Budget(s.max_calls, s.max_tokens, s.max_cost)
+        request = _request_budget(budget)
+        caps = Budget(s.max_calls, s.max_tokens, s.max_cost)
         turn = ConductorTurn(0, [], workflow=workflow, extra={"system": label})
-        run = await self._execute(workflow, question, 0, None, budget, sample_id, on_event,
+        run = await self._execute(workflow, question, 0, None, caps, sample_id, on_event,
                                   stream=stream_answer and answer is None)
         chosen = run.answer if answer is None else answer(run.steps)
-        return self._result(question, [Round(turn, run, chosen)], run.stopped, t0)
+        return self._result(question, [Round(turn, run, chosen)], run.stopped, t0, request)
 
     def _fallback(self, turn: ConductorTurn, view: PoolView) -> ConductorTurn:
         allowed = view.pool_indices()
@@ -211,44 +226,54 @@ class Pipeline:
         return replace(turn, fallback=True,
                        workflow=Workflow((Step(worker, FALLBACK_SUBTASK, ()),)))
 
-    def _view(self, workers: Sequence[int] | None) -> PoolView:
-        if workers is None:
+    def _view(self, workers: Sequence[int] | None,
+              budget: RequestBudget | None = None) -> PoolView:
+        if workers is None and (budget is None or not self.settings.show_budget):
             return self.conductor.view
-        return make_view(self.pool.workers, workers, self.settings.subpool_ids)
+        return settings_view(self.pool.workers, self.settings, workers, budget)
 
     async def ask(self, question: str, *, sample_id: int | str = 0,
                   workers: Sequence[int] | None = None,
-                  on_event: Event | None = None, stream_answer: bool = False) -> RunResult:
+                  on_event: Event | None = None, stream_answer: bool = False,
+                  budget: float | RequestBudget | None = None) -> RunResult:
         """Answer one question. `sample_id` tells repeated samples of it apart (the response
         cache keys on it), e.g. the G rollouts of one training question. `workers` restricts
         the Conductor to those pool indices (a sub-pool; ids shown as `run.subpool_ids`).
         `on_event` gets the Conductor's turns and every step's start and end; with
         `stream_answer`, also the answer's text as its worker writes it ("text" events,
-        `podium.workflow.execute.AnswerText`), where the worker can stream."""
+        `podium.workflow.execute.AnswerText`), where the worker can stream. `budget` (USD,
+        or a `RequestBudget` with its own price list) is what the workflow's worker calls may
+        cost: the Conductor is shown it with `run.show_budget`, and the outcome says whether
+        the plan kept to it (`podium.budget`)."""
         _check_question(question)
         t0 = time.perf_counter()
-        view = self._view(workers)
+        request = _request_budget(budget)
+        view = self._view(workers, request)
         turn = await self.conductor.write(question, sample_id=sample_id, view=view)
-        return await self._run(question, turn, view, sample_id, on_event, t0, stream_answer)
+        return await self._run(question, turn, view, sample_id, on_event, t0, stream_answer,
+                               request)
 
     async def run_completion(self, question: str, completion: str, *, messages: list,
                              workers: Sequence[int] | None = None, sample_id: int | str = 0,
                              prompt_tokens: int = 0, completion_tokens: int = 0,
-                             on_event: Event | None = None) -> RunResult:
+                             on_event: Event | None = None,
+                             budget: float | RequestBudget | None = None) -> RunResult:
         """Run a Conductor completion sampled elsewhere (a trainer's rollout of the prompt
         `messages`) exactly as `ask` runs one the Conductor generated: the same parser, view,
         executor, limits, budget, cache and outcome."""
         _check_question(question)
         t0 = time.perf_counter()
-        view = self._view(workers)
+        request = _request_budget(budget)
+        view = self._view(workers, request)
         turn = self.conductor.read(completion, view, messages=messages,
                                    prompt_tokens=prompt_tokens,
                                    completion_tokens=completion_tokens)
-        return await self._run(question, turn, view, sample_id, on_event, t0)
+        return await self._run(question, turn, view, sample_id, on_event, t0,
+                               request=request)
 
     async def _run(self, question: str, turn: ConductorTurn, view: PoolView,
                    sample_id: int | str, on_event: Event | None, t0: float,
-                   stream: bool = False) -> RunResult:
+                   stream: bool = False, request: RequestBudget | None = None) -> RunResult:
         """Round 0 from the Conductor's turn, then the recursion rounds."""
         s = self.settings
         budget = Budget(s.max_calls, s.max_tokens, s.max_cost)
@@ -277,7 +302,7 @@ class Pipeline:
             stopped = (rounds[-1].run.stopped if rounds[-1].run else None) or stopped
             if rounds[-1].run is None:
                 break  # kept, a format error or a failed call: the Conductor is done
-        return self._result(question, rounds, stopped, t0)
+        return self._result(question, rounds, stopped, t0, request)
 
 
     async def _round(self, question: str, turn: ConductorTurn, last: Round, budget: Budget,
@@ -296,24 +321,32 @@ class Pipeline:
 
     async def run_revision(self, previous: RunResult, completion: str, *, messages: list,
                            sample_id: int | str = 0, prompt_tokens: int = 0,
-                           completion_tokens: int = 0) -> RunResult:
+                           completion_tokens: int = 0,
+                           budget: float | RequestBudget | None = None) -> RunResult:
         """`previous` continued by one recursion round whose Conductor completion was sampled
         elsewhere (the recursion fine-tune's round-1 rollout of the prompt `messages`), run as
         `ask` runs its own recursion rounds. The budget starts from what `previous` used."""
         t0 = time.perf_counter() - previous.wall_s
         s = self.settings
+        request = _request_budget(budget)
         used = previous.outcome.used
-        budget = Budget(s.max_calls, s.max_tokens, s.max_cost, used.calls, used.total_tokens,
-                        used.cost or 0.0)
+        caps = Budget(s.max_calls, s.max_tokens, s.max_cost, used.calls, used.total_tokens,
+                      used.cost or 0.0)
         last = previous.rounds[-1]
         turn = self.conductor.read(completion, last.conductor.view or self.conductor.view,
                                    index=last.conductor.round + 1, messages=messages,
                                    allow_empty=True, prompt_tokens=prompt_tokens,
                                    completion_tokens=completion_tokens)
-        budget.reserve()
-        rnd = await self._round(previous.question, turn, last, budget, sample_id, None)
+        caps.reserve()
+        rnd = await self._round(previous.question, turn, last, caps, sample_id, None)
         stopped = (rnd.run.stopped if rnd.run else None) or previous.stopped
-        return self._result(previous.question, [*previous.rounds, rnd], stopped, t0)
+        return self._result(previous.question, [*previous.rounds, rnd], stopped, t0, request)
+
+
+def _request_budget(budget: float | RequestBudget | None) -> RequestBudget | None:
+    if budget is None or isinstance(budget, RequestBudget):
+        return budget
+    return RequestBudget(float(budget))
 
 
 def _check_question(question: str) -> None:

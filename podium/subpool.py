@@ -8,6 +8,10 @@ A `PoolView` is what one Conductor call is shown and how its ids map back to poo
 * `reindexed` ids: the chosen workers are shown as `Model id 0..k-1` and the workflow's ids
   are mapped back to pool indices before it runs.
 
+With a request's budget (`podium.budget`), a view's entries also carry how many of each
+worker's calls the budget pays for, and `budget_line` says the budget, for a Conductor shown
+them (`run.show_budget`).
+
 `sample_subpool` draws the random sub-pools of the paper's adaptive-worker fine-tune (§9):
 k uniform in 1..n, or, with some probability, one of the named groups (e.g. closed-only).
 """
@@ -19,7 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from podium.config import ModelSpec
+from podium.budget import RequestBudget, calls_within, format_budget
+from podium.config import ModelSpec, RunSettings
 from podium.errors import ConfigError
 from podium.workflow.prompt import PoolEntry
 from podium.workflow.types import Workflow
@@ -30,6 +35,14 @@ class PoolView:
     entries: tuple[PoolEntry, ...]  # as shown to the Conductor
     to_pool: tuple[tuple[int, int], ...]  # (shown id, pool index)
     id_space: int  # parse ids against 0..id_space-1
+    budget: float | None = None  # the request's budget (USD), when the entries count calls
+
+    @property
+    def budget_line(self) -> str | None:
+        """The line above the models in a budget-showing prompt."""
+        if not any(e.calls is not None for e in self.entries):
+            return None
+        return "Budget: " + ("none" if self.budget is None else format_budget(self.budget))
 
     @property
     def shown_ids(self) -> list[int]:
@@ -46,8 +59,11 @@ class PoolView:
 
 
 def make_view(workers: Sequence[ModelSpec], indices: Sequence[int] | None = None,
-              ids: Literal["original", "reindexed"] = "original") -> PoolView:
-    """The view of `workers` restricted to pool `indices` (all of them when None)."""
+              ids: Literal["original", "reindexed"] = "original", *,
+              budget: RequestBudget | None = None, calls_cap: int | None = None) -> PoolView:
+    """The view of `workers` restricted to pool `indices` (all of them when None). With
+    `calls_cap` (the step limit; `run.show_budget`), each entry counts the calls `budget` pays
+    for (no budget: the cap)."""
     chosen = list(range(len(workers))) if indices is None else list(dict.fromkeys(indices))
     if not chosen:
         raise ConfigError("A sub-pool needs at least one worker.")
@@ -55,10 +71,26 @@ def make_view(workers: Sequence[ModelSpec], indices: Sequence[int] | None = None
         if not 0 <= i < len(workers):
             raise ConfigError(f"Worker index {i} is not in the pool (0..{len(workers) - 1}).")
     shown = chosen if ids == "original" else list(range(len(chosen)))
-    entries = tuple(PoolEntry(s, workers[i].name, workers[i].description)
+    calls: list[int | None] = [None] * len(workers)
+    if calls_cap is not None:
+        prices = budget.call_prices(workers) if budget else (0.0,) * len(workers)
+        amount = budget.amount if budget else None
+        calls = [calls_within(amount, p, calls_cap) for p in prices]
+    entries = tuple(PoolEntry(s, workers[i].name, workers[i].description, calls[i])
                     for s, i in zip(shown, chosen, strict=True))
     space = len(workers) if ids == "original" else len(chosen)
-    return PoolView(entries, tuple(zip(shown, chosen, strict=True)), space)
+    return PoolView(entries, tuple(zip(shown, chosen, strict=True)), space,
+                    budget.amount if budget and calls_cap is not None else None)
+
+
+def settings_view(workers: Sequence[ModelSpec], settings: RunSettings,
+                  indices: Sequence[int] | None = None,
+                  budget: RequestBudget | None = None) -> PoolView:
+    """The view a Conductor run under `settings` is shown: the sub-pool `indices` (None: the
+    whole pool) with `settings.subpool_ids`, and each worker's affordable calls when
+    `settings.show_budget` is on."""
+    return make_view(workers, indices, settings.subpool_ids, budget=budget,
+                     calls_cap=settings.max_steps if settings.show_budget else None)
 
 
 def choose_workers(workers: Sequence[ModelSpec], names: Sequence[str]) -> list[int]:

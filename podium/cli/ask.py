@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from podium.budget import parse_budget
 from podium.cli import output
 from podium.errors import ConfigError, PodiumError
 from podium.files import private_dir, write_private
@@ -26,7 +27,8 @@ def _settings(pool, recursion: int | None, no_cache: bool):
 
 async def _ask(question: str, pool_path: str | None, recursion: int | None,
                workers: list[str] | None, no_cache: bool, show: output.LiveView | None,
-               conductor: str | None = None, allow_pool_mismatch: bool = False):
+               conductor: str | None = None, allow_pool_mismatch: bool = False,
+               budget: float | None = None):
     from podium.checkpoint import with_conductor
     from podium.config import load_pool
     from podium.pipeline import Pipeline
@@ -41,14 +43,14 @@ async def _ask(question: str, pool_path: str | None, recursion: int | None,
     async with Pipeline(pool, settings=_settings(pool, recursion, no_cache)) as pipe:
         if show:
             show.thinking()
-        return pool, await pipe.ask(question, workers=chosen,
+        return pool, await pipe.ask(question, workers=chosen, budget=budget,
                                     on_event=show.event if show else None)
 
 
 def run_ask(question: str, *, pool: str | None, recursion: int | None,
             workers: list[str] | None = None, no_cache: bool = False, trace: str | None,
             json_out: bool, verbose: bool, debug: bool, conductor: str | None = None,
-            allow_pool_mismatch: bool = False) -> int:
+            allow_pool_mismatch: bool = False, budget: float | None = None) -> int:
     err = Console(stderr=True)
     out = Console()
     show = None if json_out else output.LiveView(out, verbose=verbose)
@@ -58,8 +60,9 @@ def run_ask(question: str, *, pool: str | None, recursion: int | None,
                               "podium ask \"What is 17 * 3?\".")
         if trace:
             check_trace_path(trace)
+        budget = parse_budget(budget, "--budget")
         _, result = asyncio.run(_ask(question, pool, recursion, workers, no_cache, show,
-                                     conductor, allow_pool_mismatch))
+                                     conductor, allow_pool_mismatch, budget))
     except PodiumError as exc:
         if show:
             show.stop()

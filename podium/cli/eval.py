@@ -39,6 +39,10 @@ def summary_table(summary: Summary, title: str) -> Table:
         ("accuracy (graded items)", _acc(s.accuracy, s.stderr)),
         ("accuracy (all items)", _acc(s.accuracy_all, s.stderr_all)
          + (" (errors count as wrong)" if s.errors else "")),
+        *([("budget", f"${s.budget.amount:g} a question · "
+            f"{s.budget.over_budget:.0%} of plans over it · accuracy within it "
+            f"{s.budget.accuracy_within_budget:.1%} · a plan's list price "
+            f"${s.budget.plan_price:.6f}")] if s.budget else []),
         ("items / records", f"{s.items} / {s.records} ({s.repeats} repeats)"),
         ("graded / errors / skipped", f"{s.graded} / {s.errors} / {s.skipped}"),
         *([("errors by class", _counts(errors.by_reason))] if s.errors else []),

@@ -53,6 +53,10 @@ def ask(
                                   "rounds after the first (default: the pool's run.recursion, 0)."),
     workers: str = typer.Option(None, "--workers", "-w", help="Comma-separated worker names: "
                                 "run with this sub-pool only."),
+    budget: float = typer.Option(None, "--budget", "-b", help="What the workers' calls may "
+                                 "cost (USD, list price): shown to the Conductor with "
+                                 "run.show_budget; the answer says whether the plan kept to "
+                                 "it."),
     conductor: str = CONDUCTOR_OPT,
     allow_pool_mismatch: bool = MISMATCH_OPT,
     no_cache: bool = typer.Option(False, "--no-cache", help="Call every model afresh; don't "
@@ -71,7 +75,8 @@ def ask(
     names = [n.strip() for n in workers.split(",") if n.strip()] if workers else None
     code = run_ask(question, pool=pool, recursion=recursion, workers=names, no_cache=no_cache,
                    trace=trace, json_out=json_out, verbose=verbose, debug=debug,
-                   conductor=conductor, allow_pool_mismatch=allow_pool_mismatch)
+                   conductor=conductor, allow_pool_mismatch=allow_pool_mismatch,
+                   budget=budget)
     raise typer.Exit(code)
 
 
@@ -113,6 +118,10 @@ def eval_cmd(
     retry_errors: bool = typer.Option(False, "--retry-errors", help="Rerun items recorded "
                                       "as errors."),
     traces: bool = typer.Option(False, "--traces", help="Also save every item's full trace."),
+    budget: float = typer.Option(None, "--budget", "-b", help="What each question's worker "
+                                 "calls may cost (USD, list price): shown to the Conductor "
+                                 "with run.show_budget; the summary gives the share of plans "
+                                 "over it and the accuracy counting those as wrong."),
     allow_unisolated: bool = typer.Option(False, "--allow-unisolated", help="Grade a code task "
                                           "even where the sandbox cannot isolate the code fully "
                                           "(no unshare, no seccomp); meta.json records what was "
@@ -131,7 +140,8 @@ def eval_cmd(
                     task_options=options, conductor=conductor,
                     allow_pool_mismatch=allow_pool_mismatch, no_cache=no_cache,
                     fallback=fallback, retry_errors=retry_errors, traces=traces,
-                    allow_unisolated=allow_unisolated)
+                    allow_unisolated=allow_unisolated,
+                    budget=budget)
     code = _guard(lambda: eval_command(spec), debug)
     raise typer.Exit(code)
 

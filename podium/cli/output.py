@@ -134,6 +134,9 @@ class LiveView:
                 f"{used.completion_tokens} completion tokens · {result.wall_s:.1f}s wall · "
                 f"cost {cost}{hits}")
         c.print(f"  {usage_split(out)}")
+        if out.budget is not None:
+            colour = "yellow" if out.budget.over else "green"
+            c.print(f"[{colour}]Budget: {escape(out.budget.sentence())}[/]")
         if result.stopped:
             c.print(f"[yellow]Stopped early: {escape(result.stopped)}[/]")
         if trace:

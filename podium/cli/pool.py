@@ -16,7 +16,12 @@ PING = [{"role": "user", "content": "Reply with the single word OK."}]
 
 
 def _price(spec: ModelSpec) -> str:
-    return f"${spec.price.input:g} / ${spec.price.output:g}" if spec.price else "-"
+    if not spec.price:
+        return "-"
+    p = spec.price
+    tokens = f"${p.input:g} / ${p.output:g}" if p.input or p.output or not p.per_call else ""
+    call = f"${p.per_call:g} a call" if p.per_call else ""
+    return " + ".join(x for x in (tokens, call) if x)
 
 
 def _sampling(spec: ModelSpec) -> str:

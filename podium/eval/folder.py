@@ -134,7 +134,7 @@ def _holder(fd: int) -> str:
 
 
 def fingerprint(pool: Any, settings: Any, task_options: dict, *, conductor: str | None,
-                preset: str | None) -> dict[str, Any]:
+                preset: str | None, budget: float | None = None) -> dict[str, Any]:
     """What decides the results beyond task, system, split and seed: a hash and its parts."""
 
     def spec(model: Any) -> dict:
@@ -147,6 +147,7 @@ def fingerprint(pool: Any, settings: Any, task_options: dict, *, conductor: str 
         "task options": {k: _plain(v) for k, v in sorted(task_options.items())},
         "--conductor": conductor,
         "--preset": preset,
+        **({"--budget": budget} if budget is not None else {}),
     }
     text = json.dumps(parts, sort_keys=True, ensure_ascii=False)
     return {"hash": hashlib.sha256(text.encode()).hexdigest(), "parts": parts}

@@ -48,6 +48,7 @@ class EvalSpec:
     retry_errors: bool = False
     traces: bool = False  # also save each item's full trace
     allow_unisolated: bool = False  # grade code where the sandbox cannot isolate it fully
+    budget: float | None = None  # USD per question for the workers' calls (podium.budget)
 
 
 OnStart = Callable[[str, int, int], None]  # (label, total attempts, already done)
@@ -61,12 +62,14 @@ async def run_eval(spec: EvalSpec, *, on_start: OnStart | None = None,
     resume already has; `on_record` each new record; `warn` what a person should know (a
     repaired results file, an unisolated code task)."""
     from podium.baselines import blackbox_pool, parse_blackbox
+    from podium.budget import parse_budget
     from podium.checkpoint import with_conductor
     from podium.config import load_pool
     from podium.eval.folder import FolderLock, prepare_folder
     from podium.scoring.sandbox import require_isolation
     from podium.tasks import get_task, preset_for
 
+    parse_budget(spec.budget, "--budget")  # a bad budget is refused before anything runs
     preset_split, preset_options = preset_for(spec.preset, spec.task)
     split = spec.split or preset_split or "test"
     options = {**preset_options, **spec.task_options}
@@ -75,6 +78,8 @@ async def run_eval(spec: EvalSpec, *, on_start: OnStart | None = None,
     # --n draws a seeded sample: the same seed draws the same items; the label says so
     drawn = (f" · a sample of {len(items)} of {len(task.load(split=split))} items "
              f"(seed {spec.seed})" if spec.n else "")
+    if spec.budget is not None:
+        drawn += f" · budget ${spec.budget:g} a question"
     if not items:
         raise ConfigError(f"Task {spec.task} has no items for split {split!r}.")
     pool = load_pool(spec.pool)
@@ -126,7 +131,8 @@ async def _run_locked(spec: EvalSpec, task: Any, items: list, pool: Any, setting
             "repeats": spec.repeats, "pool": pool.source,
             "started": time.strftime("%Y-%m-%d %H:%M:%S"),
             "fingerprint": fingerprint(pool, settings, task_options,
-                                       conductor=spec.conductor, preset=spec.preset),
+                                       conductor=spec.conductor, preset=spec.preset,
+                                       budget=spec.budget),
             "isolation": isolation,
             "local_files": local_files([
                 spec.conductor, pool.conductor.model, *(w.model for w in pool.workers),
@@ -139,7 +145,8 @@ async def _run_locked(spec: EvalSpec, task: Any, items: list, pool: Any, setting
         warn(line)
     if kept is not None:
         warn(f"the file as it was is kept at {kept}; {path} now holds its good lines only.")
-    config = EvalConfig(spec.repeats, spec.concurrency, spec.retry_errors, spec.traces)
+    config = EvalConfig(spec.repeats, spec.concurrency, spec.retry_errors, spec.traces,
+                        spec.budget)
     total = len(items) * spec.repeats
     async with Pipeline(pool, settings=settings) as pipe:
         system = build_system(spec.system, pipe)

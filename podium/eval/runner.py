@@ -49,6 +49,7 @@ class EvalConfig:
     concurrency: int = 4
     retry_errors: bool = False
     save_traces: bool = False
+    budget: float | None = None  # USD per question for the workers (podium.budget)
 
 
 @dataclass
@@ -181,14 +182,14 @@ def run_record(result: RunResult) -> dict[str, Any]:
 
 
 async def _one(task: Task, system: System, item: Item, repeat: int,
-               traces: Path | None) -> dict:
+               traces: Path | None, budget: float | None = None) -> dict:
     base = {"item": item.id, "repeat": repeat, "task": task.name, "system": system.spec,
             "question": item.question, "target": _shown(item.gold)}
     skip = getattr(task, "skip_reason", lambda _item: None)(item)
     if skip:
         return {**base, "status": "skipped", "reason": skip, "correct": False}
     try:
-        result = await system.run(task.format(item), sample_id=repeat)
+        result = await system.run(task.format(item), sample_id=repeat, budget=budget)
     except Exception as exc:  # a crashed system is a recorded error, never a silent drop
         cause = Failure("infra", INTERNAL, f"{type(exc).__name__}: {exc}", "system")
         return {**base, "status": "error", "correct": False, "reason": INTERNAL,
@@ -236,7 +237,7 @@ async def evaluate(
     async def run(item: Item, repeat: int) -> None:
         async with gate:
             start = time.perf_counter()
-            record = await _one(task, system, item, repeat, traces)
+            record = await _one(task, system, item, repeat, traces, config.budget)
             record.setdefault("latency_s", round(time.perf_counter() - start, 3))
             writer.write(record)
             done[(item.id, repeat)] = record

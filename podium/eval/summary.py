@@ -46,6 +46,17 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class BudgetSummary:
+    """A budgeted run (`--budget`): the share of graded plans over it, the accuracy counting
+    those as wrong, and the mean list price of a plan (USD)."""
+
+    amount: float
+    over_budget: float
+    accuracy_within_budget: float
+    plan_price: float
+
+
+@dataclass(frozen=True)
 class Summary:
     """One evaluation's figures (the module docstring says how each is computed). A figure
     with nothing to average over is None."""
@@ -78,6 +89,7 @@ class Summary:
     worker_selection: dict[str, float]  # worker -> share of all steps
     worker_by_position: dict[int, dict[str, int]]  # step position -> worker -> steps
     steps: dict[int, int]  # workflow length -> items
+    budget: BudgetSummary | None = None  # with --budget
 
     def to_json(self) -> dict[str, Any]:
         """The summary as `summary.json` holds it."""
@@ -190,4 +202,17 @@ def summarize(records: list[dict]) -> Summary:
         worker_selection={k: v / total_steps for k, v in selection.most_common()},
         worker_by_position={i: dict(c) for i, c in sorted(position_usage.items())},
         steps=dict(sorted(Counter(len(r.get("workflow") or []) for r in graded).items())),
+        budget=_budget(graded),
     )
+
+
+def _budget(graded: list[dict]) -> BudgetSummary | None:
+    checks = [(r, r["budget"]) for r in graded if r.get("budget")]
+    if not checks:
+        return None
+    return BudgetSummary(
+        amount=checks[0][1]["amount"],
+        over_budget=statistics.fmean(c["over"] for _, c in checks),
+        accuracy_within_budget=statistics.fmean(bool(r.get("correct")) and not c["over"]
+                                                for r, c in checks),
+        plan_price=statistics.fmean(c["plan_price"] for _, c in checks))

@@ -33,6 +33,9 @@ them at the top level of the JSON body, or as strings in `metadata`; a top-level
     max_total_tokens cap on tokens, prompt and completion of every call, for this request
                      (the pool's `run.max_tokens`; never above it)
     max_cost         cap on cost in USD for this request (never above the pool's own cap)
+    budget           what the workers' calls may cost in USD (list price): shown to the
+                     Conductor with the pool's run.show_budget; the trace says whether the
+                     plan kept to it (podium.budget). A cap stops calls; a budget does not.
     return_trace_id  true: the response carries `podium_trace_id` and `X-Podium-Trace-Id`
 
 **Sampling fields** are validated as the OpenAI API validates them (type and range; a 400
@@ -79,7 +82,7 @@ M = TypeVar("M", bound=BaseModel)
 
 MAX_RECURSION = 5
 OPTION_KEYS = ("workers", "recursion", "max_calls", "max_total_tokens", "max_cost",
-               "return_trace_id")
+               "budget", "return_trace_id")
 
 
 class TextPart(BaseModel):
@@ -123,6 +126,7 @@ class Options(BaseModel):
     max_calls: int | None = Field(None, ge=1)
     max_total_tokens: int | None = Field(None, ge=1)
     max_cost: float | None = Field(None, ge=0)
+    budget: float | None = Field(None, ge=0, allow_inf_nan=False)
     return_trace_id: bool = False
 
 

@@ -99,7 +99,8 @@ class TeamServer:
             workers = _workers(self.pipeline, opts)
             pipe = _variant(self.pipeline, opts, answer)
             return lambda on_event: pipe.ask(question, workers=workers, on_event=on_event,
-                                             stream_answer=on_event is not None)
+                                             stream_answer=on_event is not None,
+                                             budget=opts.budget)
         if req.model not in self.served:
             raise no_model(req.model, self.served)
         if opts.workers or opts.recursion is not None:
@@ -110,7 +111,8 @@ class TeamServer:
         flow = Workflow.of([(self.names.index(req.model), SOLVE, ())])
         return lambda on_event: pipe.run_workflow(question, flow, label=f"worker:{req.model}",
                                                   on_event=on_event,
-                                                  stream_answer=on_event is not None)
+                                                  stream_answer=on_event is not None,
+                                                  budget=opts.budget)
 
     def begin(self, req, opts: Options, question: str, tid: str, owner: str | None,
               scope: dict) -> tuple[Run, dict, str | None]:

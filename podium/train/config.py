@@ -96,6 +96,10 @@ class RewardSection(_Section):
         "penalised, so a longer plan loses only to a shorter plan that is also right "
         "(docs/gym.md: it stops the first step of a two-step plan free-riding on one-step "
         "questions).")
+    over_budget: Literal["wrong", "zero"] = Field(
+        "wrong", description="Beyond the paper, with a [budget]: a plan whose list price passes "
+        "the row's budget scores as a wrong answer (wrong) or as a format error (zero), "
+        "whatever its answer.")
 
 
 class SubpoolSection(_Section):
@@ -109,6 +113,44 @@ class SubpoolSection(_Section):
     group_prob: float = Field(0.0, ge=0, le=1, description="Chance a sampled sub-pool is one "
                               "of the named groups.")
     seed: int = Field(0, description="Seed of the sub-pool draws.")
+
+
+class BudgetSection(_Section):
+    """Budget-conditioned training (podium.budget): each row draws a budget, and optionally a
+    perturbed price list, shown to the policy with `run.show_budget`; the reward scores a plan
+    over it as `[reward] over_budget` says."""
+
+    amounts: tuple[float, ...] = Field((), description="Budgets (USD) a row draws from, "
+                                       "uniformly; empty with no range: no budgets.")
+    range: tuple[float, float] | None = Field(None, description="Or: a budget drawn "
+                                              "log-uniformly between these two amounts (USD).")
+    price_scale: tuple[float, float] = Field((1.0, 1.0), description="Each row's price list is "
+                                             "the pool's times a factor drawn log-uniformly in "
+                                             "this range (1, 1: the pool's prices).")
+    price_shuffle: float = Field(0.0, ge=0, le=1, description="Chance a row's prices are "
+                                 "also permuted among the workers (so that prices are read, "
+                                 "not remembered by id).")
+    keep_order: tuple[tuple[str, str], ...] = Field(
+        (), description="Pairs of workers (by name) that a shuffled price list never puts "
+        "out of order: the first costs at most what the second costs (keeps a price order "
+        "unseen, to test on later).")
+    seed: int = Field(0, description="Seed of the draws.")
+
+    @model_validator(mode="after")
+    def _check(self) -> BudgetSection:
+        if self.amounts and self.range:
+            raise ValueError("budget: give amounts or range, not both")
+        if any(a < 0 for a in self.amounts) or (self.range and not 0 < self.range[0]
+                                                 <= self.range[1]):
+            raise ValueError("budget: amounts must be 0 or more, and a range two amounts "
+                             "0 < low <= high (USD)")
+        if not 0 < self.price_scale[0] <= self.price_scale[1]:
+            raise ValueError("budget.price_scale must be two factors 0 < low <= high")
+        return self
+
+    @property
+    def on(self) -> bool:
+        return bool(self.amounts or self.range)
 
 
 class RecursionSection(_Section):
@@ -251,6 +293,7 @@ class TrainConfig(_Section):
     data: DataSection
     reward: RewardSection = RewardSection()
     subpool: SubpoolSection = SubpoolSection()
+    budget: BudgetSection = BudgetSection()
     recursion: RecursionSection = RecursionSection()
     grpo: GRPOSection = GRPOSection()
     heldout: HeldOutSection = HeldOutSection()

@@ -16,6 +16,10 @@ because TRL 1.16's GRPO trainer renders a conversational prompt with a generatio
 which would close the prefill and start a new turn. The sub-pool is drawn once per row and stored with it, so the prompt the
 policy saw and the workflow the reward runs agree.
 
+Budgets (`[budget]`, beyond the paper): each row draws a budget and a price list
+(`draw_budget`); the prompt shows them with `run.show_budget`, and the row's `budget` column
+(JSON) takes them to the reward, which prices the plan against them.
+
 Sub-pools (PAPER.md §9 leaves them open; podium's choices): a share `subpool.fraction` of the
 rows gets one; its size is uniform in `k_min..k_max` (default 1..n), or, with probability
 `group_prob`, it is one of the named groups (closed-only, open-only); the chosen workers are
@@ -24,18 +28,21 @@ shown under their original ids unless `run.subpool_ids = "reindexed"`.
 
 from __future__ import annotations
 
+import json
+import math
 import random
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Any
 
+from podium.budget import RequestBudget, call_prices
 from podium.conductor import workflow_messages
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
-from podium.subpool import PoolView, make_view, sample_subpool
+from podium.subpool import PoolView, sample_subpool, settings_view
 from podium.tasks import get_task
 from podium.tasks.base import Item, Task
-from podium.train.config import DataSection, SubpoolSection
+from podium.train.config import BudgetSection, DataSection, SubpoolSection
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,50 @@ def _subpool(pool: Pool, spec: SubpoolSection, rng: random.Random) -> list[int]:
     return sample_subpool(n, rng, k=k, groups=groups, group_prob=spec.group_prob)
 
 
+def draw_budget(spec: BudgetSection, pool: Pool, rng: random.Random) -> RequestBudget | None:
+    """A row's budget (`[budget]`): an amount from the list or the range, and the pool's call
+    prices scaled by a drawn factor and, with chance `price_shuffle`, permuted among the
+    workers (None: no [budget])."""
+    if not spec.on:
+        return None
+    if spec.amounts:
+        amount = rng.choice(spec.amounts)
+    else:
+        lo, hi = spec.range  # type: ignore[misc]
+        amount = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+    lo, hi = spec.price_scale
+    scale = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+    prices = [p * scale for p in call_prices(pool.workers)]
+    if rng.random() < spec.price_shuffle:
+        names = [w.name for w in pool.workers]
+        unknown = sorted({n for pair in spec.keep_order for n in pair} - set(names))
+        if unknown:
+            raise ConfigError(f"budget.keep_order names {unknown}, which the pool does not "
+                              f"have; its workers are: {', '.join(names)}.")
+        pairs = [(names.index(a), names.index(b)) for a, b in spec.keep_order]
+        for _ in range(100):
+            shuffled = rng.sample(prices, len(prices))
+            if all(shuffled[a] <= shuffled[b] for a, b in pairs):
+                prices = shuffled
+                break
+    return RequestBudget(amount, tuple(prices))
+
+
+def budget_json(budget: RequestBudget | None) -> str:
+    """A row's budget as its dataset column holds it (TRL passes it to the reward): JSON, or
+    "" for none."""
+    return json.dumps(budget.to_json()) if budget else ""
+
+
+def budget_of(column: str | None) -> RequestBudget | None:
+    """The budget a row's column holds (`budget_json`)."""
+    if not column:
+        return None
+    data = json.loads(column)
+    prices = data.get("prices")
+    return RequestBudget(data["amount"], tuple(prices) if prices is not None else None)
+
+
 def _interleave(drawn: list[tuple[str, Item]]) -> list[tuple[str, Item]]:
     """Round-robin over (task, family): each block of consecutive rows has one of each kind
     while they last (balanced batches)."""
@@ -80,15 +131,19 @@ def _interleave(drawn: list[tuple[str, Item]]) -> list[tuple[str, Item]]:
     return [row for block in zip_longest(*kinds.values()) for row in block if row is not None]
 
 
-def view_of(pool: Pool, settings: RunSettings, workers: list[int]) -> PoolView:
-    """The view a row's Conductor prompt shows (empty `workers`: the whole pool)."""
-    return make_view(pool.workers, workers or None, settings.subpool_ids)
+def view_of(pool: Pool, settings: RunSettings, workers: list[int],
+            budget: RequestBudget | None = None) -> PoolView:
+    """The view a row's Conductor prompt shows (empty `workers`: the whole pool; `budget`:
+    the row's, shown with `run.show_budget`)."""
+    return settings_view(pool.workers, settings, workers or None, budget)
 
 
 def build_data(spec: DataSection, subpool: SubpoolSection, pool: Pool,
-               settings: RunSettings, *, strict: bool = True) -> TrainingData:
+               settings: RunSettings, *, strict: bool = True,
+               budget: BudgetSection | None = None) -> TrainingData:
     """The shuffled rows of the mix. A task whose data cannot load raises its ConfigError, or,
-    with `strict=False` (a dry run), is left out and named in `missing`."""
+    with `strict=False` (a dry run), is left out and named in `missing`. With `budget`, each
+    row draws its budget and price list (`draw_budget`)."""
     tasks: dict[str, Task] = {}
     items: dict[tuple[str, str], Item] = {}
     drawn: list[tuple[str, Item]] = []
@@ -110,13 +165,16 @@ def build_data(spec: DataSection, subpool: SubpoolSection, pool: Pool,
     if spec.balance:
         drawn = _interleave(drawn)
     rng = random.Random(subpool.seed)
+    budget_rng = random.Random(budget.seed if budget else 0)
     rows = []
     for name, item in drawn:
         workers = _subpool(pool, subpool, rng)
+        request = draw_budget(budget, pool, budget_rng) if budget else None
         question = tasks[name].format(item)
-        rows.append({"messages": workflow_messages(question, view_of(pool, settings, workers),
-                                               settings),
-                     "question": question, "task": name, "item": item.id, "workers": workers})
+        view = view_of(pool, settings, workers, request)
+        rows.append({"messages": workflow_messages(question, view, settings),
+                     "question": question, "task": name, "item": item.id, "workers": workers,
+                     "budget": budget_json(request)})
     return TrainingData(rows, tasks, items, missing)
 
 

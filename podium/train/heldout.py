@@ -9,6 +9,10 @@ many different plans the questions got as `heldout/distinct_plans`: 1 is a colla
 plan) beside the training metrics (metrics.jsonl, TensorBoard), printed, and the best step's policy is
 saved as `best/` (the model alone, with its card) next to the checkpoints.
 
+A budget-conditioned run (`[budget]`) asks every held-out question once at each of its budgets
+(the listed amounts, or the ends and middle of its range, at the pool's prices): a plan over its
+budget counts as wrong, and the share of such plans is logged as `heldout/over_budget`.
+
 Every process of a job generates (under ZeRO-3 each forward needs them all); the main process
 runs and grades the workflows and tells the others whether this step is the best so far, so
 that all of them take part in saving `best/`.
@@ -24,6 +28,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from podium.budget import RequestBudget, format_budget
 from podium.checkpoint import write_card
 from podium.conductor import workflow_messages
 from podium.outcome import grade_outcome
@@ -39,6 +44,8 @@ class HeldOutResult:
     by_group: dict[str, float]  # accuracy by the items' family (gym) or task
     # each question's plan: its steps' workers in order (None where the workflow did not parse)
     plans: list[tuple[str, ...] | None]
+    over_budget: float | None = None  # share of plans over their budget (None: no budgets)
+    cost: float | None = None  # mean list price of a question's workers (USD)
 
     @property
     def distinct_plans(self) -> int:
@@ -50,14 +57,20 @@ class HeldOutResult:
 class HeldOut:
     """The held-out questions of a training run, and how to score the live policy on them."""
 
-    def __init__(self, run: Any, task: Any, items: list[Any], split: str) -> None:
+    def __init__(self, run: Any, task: Any, items: list[Any], split: str,
+                 budgets: list[RequestBudget | None] | None = None) -> None:
+        """`items` asked once at each of `budgets` (None: once, with no budget)."""
         from podium.train.data import view_of, with_prompts
 
-        self.run, self.task, self.items, self.split = run, task, items, split
-        view = view_of(run.pool, run.settings, [])
-        self.rows = with_prompts([{"messages": workflow_messages(task.format(i), view,
-                                                                 run.settings)}
-                                  for i in items], run.trainer.processing_class)
+        budgets = budgets or [None]
+        self.run, self.task, self.split = run, task, split
+        self.items = [i for _ in budgets for i in items]
+        self.budgets = [b for b in budgets for _ in items]
+        self.rows = with_prompts([
+            {"messages": workflow_messages(task.format(i), view_of(run.pool, run.settings, [],
+                                                                   b), run.settings)}
+            for i, b in zip(self.items, self.budgets, strict=True)],
+            run.trainer.processing_class)
 
     def completions(self) -> list[str]:
         """The policy's greedy completion of each held-out prompt (every process calls it)."""
@@ -100,27 +113,35 @@ class HeldOut:
 
     def score(self, completions: list[str], step: int) -> HeldOutResult:
         """Run and grade each completion's workflow (on the trainer's event loop)."""
-        async def one(item: Any, row: dict, text: str) -> tuple[Any, Any, Any]:
+        async def one(item: Any, row: dict, text: str,
+                      budget: RequestBudget | None) -> tuple[Any, Any, Any]:
             run = await self.run.pipeline.run_completion(self.task.format(item), text,
-                                                         messages=row["messages"])
+                                                         messages=row["messages"], budget=budget)
             return item, run, await grade_outcome(run.outcome, self.task, item)
 
         async def every() -> list[tuple[Any, Any, Any]]:
-            return await asyncio.gather(*(one(i, r, t) for i, r, t in
-                                          zip(self.items, self.rows, completions, strict=True)))
+            return await asyncio.gather(*(one(i, r, t, b) for i, r, t, b in zip(
+                self.items, self.rows, completions, self.budgets, strict=True)))
 
         loop = getattr(self.run.trainer, "async_loop", None)
         graded = (asyncio.run_coroutine_threadsafe(every(), loop).result() if loop is not None
                   else asyncio.run(every()))
         groups: dict[str, list[bool]] = {}
-        for item, _, o in graded:
+        several = len(set(self.budgets)) > 1
+        right = [bool(o.correct) and not o.over_budget for _, _, o in graded]
+        for (item, _, _), ok, b in zip(graded, right, self.budgets, strict=True):
             key = (item.meta or {}).get("family") or self.task.name
-            groups.setdefault(key, []).append(bool(o.correct))
+            groups.setdefault(key, []).append(ok)
+            if several and b is not None:
+                groups.setdefault(f"budget {format_budget(b.amount)}", []).append(ok)
         plans = [tuple(s.worker_name for s in r.rounds[0].run.steps)
                  if r.rounds[0].run is not None else None for _, r, _ in graded]
-        return HeldOutResult(step, statistics.fmean(bool(o.correct) for _, _, o in graded),
-                             statistics.fmean(p is not None for p in plans),
-                             {k: statistics.fmean(v) for k, v in sorted(groups.items())}, plans)
+        budgeted = [o.budget for _, _, o in graded if o.budget is not None]
+        return HeldOutResult(
+            step, statistics.fmean(right), statistics.fmean(p is not None for p in plans),
+            {k: statistics.fmean(v) for k, v in sorted(groups.items())}, plans,
+            statistics.fmean(c.over for c in budgeted) if budgeted else None,
+            statistics.fmean(c.plan_price for c in budgeted) if budgeted else None)
 
 
 class HeldOutEvaluation(TrainerCallback):
@@ -151,6 +172,8 @@ class HeldOutEvaluation(TrainerCallback):
             self._save_best(state)
         logs = {"heldout/accuracy": result.accuracy, "heldout/valid": result.valid,
                 "heldout/distinct_plans": result.distinct_plans,
+                **({"heldout/over_budget": result.over_budget}
+                   if result.over_budget is not None else {}),
                 **{f"heldout/{k}": v for k, v in result.by_group.items()
                    if len(result.by_group) > 1}}
         # logged with this step's own metrics, which TRL logs right after on_step_end
@@ -203,4 +226,16 @@ def build_heldout(run: Any) -> HeldOut | None:
         return None
     task = run.data.tasks.get(spec.task) if not spec.options else None
     task = task or get_task(spec.task, **spec.options)
-    return HeldOut(run, task, task.load(split=spec.split, n=spec.n, seed=spec.seed), spec.split)
+    return HeldOut(run, task, task.load(split=spec.split, n=spec.n, seed=spec.seed), spec.split,
+                   heldout_budgets(run.config.budget))
+
+
+def heldout_budgets(spec: Any) -> list[RequestBudget | None] | None:
+    """The budgets a budget-conditioned run is evaluated at, at the pool's prices: its
+    amounts, or its range's ends and geometric middle (None: no [budget])."""
+    if not spec.on:
+        return None
+    if spec.amounts:
+        return [RequestBudget(a) for a in sorted(set(spec.amounts))]
+    lo, hi = spec.range
+    return [RequestBudget(a) for a in (lo, (lo * hi) ** 0.5, hi)]

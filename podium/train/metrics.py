@@ -37,6 +37,7 @@ class RolloutRecord:
     explored: bool = False
     round: int = 0
     decision: str | None = None  # the last round's decision (recursion)
+    over_budget: bool | None = None  # the plan passed its row's budget (None: no budget)
 
     @classmethod
     def of(cls, outcome: Outcome, run: RunResult, *, explored: bool = False,
@@ -51,7 +52,8 @@ class RolloutRecord:
             steps=len(workflow) if workflow is not None else None,
             picks=tuple((s.index, s.worker_name) for s in (first.run.steps if first.run else ())),
             explored=explored, round=round_,
-            decision=outcome.rounds[-1].decision if outcome.rounds else None)
+            decision=outcome.rounds[-1].decision if outcome.rounds else None,
+            over_budget=outcome.budget.over if outcome.budget else None)
 
 
 @dataclass
@@ -75,6 +77,9 @@ def rollout_metrics(records: list[RolloutRecord]) -> dict[str, float]:
         "podium/infra_dropped": sum(r.infra for r in records) / n,
         "podium/tokens_per_rollout": sum(r.tokens for r in records) / n,
     }
+    budgeted = [r.over_budget for r in records if r.over_budget is not None]
+    if budgeted:
+        out["podium/over_budget"] = sum(budgeted) / len(budgeted)
     if all(r.cost is not None for r in records):
         out["podium/cost_per_rollout"] = sum(r.cost for r in records) / n  # type: ignore[misc]
     for reason, count in Counter(p for r in records for p in r.parse_failures).items():

@@ -6,7 +6,8 @@ progress bar that knows the run's true total (a resumed run starts at its checkp
 
 "correct" and "valid" are over the step's rollouts (valid: the Conductor's output parsed into a
 workflow); calls and tokens are per plan (its worker calls; every call's tokens, the
-Conductor's and the workers').
+Conductor's and the workers'). A budget-conditioned run (`[budget]`) also shows the share of
+plans over their budget.
 TRL's own output (a tqdm bar and a metrics dict per step) is taken off the trainer in favour of
 this; every metric still goes to metrics.jsonl and to `report_to` (TensorBoard by default).
 Only the main process of a job prints.
@@ -34,6 +35,8 @@ def step_line(step: int, total: int, logs: dict[str, Any], seconds: float | None
         parts.append(f"correct {100 * logs['podium/correct']:.1f}%")
     if "podium/format_error" in logs:
         parts.append(f"valid {100 * (1 - logs['podium/format_error']):.0f}%")
+    if "podium/over_budget" in logs:
+        parts.append(f"over budget {100 * logs['podium/over_budget']:.0f}%")
     if "podium/steps_mean" in logs:
         parts.append(f"{logs['podium/steps_mean']:.2f} calls")
     if "podium/tokens_per_rollout" in logs:
@@ -45,6 +48,8 @@ def step_line(step: int, total: int, logs: dict[str, Any], seconds: float | None
     if "heldout/accuracy" in logs:
         best = logs["heldout/accuracy"] if best is None else best
         parts.append(f"held-out {100 * logs['heldout/accuracy']:.1f}% (best {100 * best:.1f}%)")
+        if "heldout/over_budget" in logs:
+            parts.append(f"held-out over budget {100 * logs['heldout/over_budget']:.0f}%")
         if logs.get("heldout/distinct_plans") == 1:
             parts.append("one plan for every held-out question (collapsed)")
     return " · ".join(parts)

@@ -22,7 +22,9 @@ and it is counted; with `"zero"` it scores 0, as in the reference code. An optio
 subtracts `cost_weight x cost / cost_scale` (the rollout's list-price cost, the Conductor's own
 tokens included); an optional call penalty takes `extra_call_penalty` off a right answer for
 each worker call beyond the first, so that among right plans the shortest wins, while a wrong
-longer plan costs no more than a wrong shorter one (exploring two steps stays free).
+longer plan costs no more than a wrong shorter one (exploring two steps stays free). With a
+`[budget]`, a plan whose list price passes its row's budget scores as a wrong answer
+(`over_budget = "wrong"`) or a format error (`"zero"`), whatever its answer.
 
 Each step logs (`podium.train.metrics`, counted over every process of the job, then through
 TRL's `log_metric`): the correct and format-error rates, parse failures
@@ -45,7 +47,7 @@ from typing import Any
 from podium.outcome import Outcome, grade_outcome
 from podium.pipeline import Pipeline, RunResult
 from podium.train.config import RecursionSection, RewardSection
-from podium.train.data import TrainingData
+from podium.train.data import TrainingData, budget_of
 from podium.train.metrics import RolloutRecord, StepLog, pick_transcripts
 from podium.train.metrics import publish as publish_step
 from podium.train.recursion import blend, per_round
@@ -69,7 +71,9 @@ def reward_of(outcome: Outcome, spec: RewardSection, round_: int = 0) -> float |
     else:
         bad = outcome.format_error
     reward = fmt if bad else (right if outcome.correct else wrong)
-    if outcome.correct and not bad and spec.extra_call_penalty:
+    if outcome.over_budget and not bad:
+        reward = wrong if spec.over_budget == "wrong" else fmt
+    if outcome.correct and not bad and not outcome.over_budget and spec.extra_call_penalty:
         reward -= spec.extra_call_penalty * max(outcome.worker_calls - 1, 0)
     if spec.cost_weight and outcome.used.cost is not None:
         reward -= spec.cost_weight * outcome.used.cost / spec.cost_scale
@@ -110,7 +114,8 @@ class ConductorReward:
         """One rollout's round-0 run (the recursion rollout asks for it before round 1)."""
         return await self.pipeline.run_completion(
             row["question"], text, messages=row["messages"], workers=row["workers"] or None,
-            sample_id=sample_id, completion_tokens=n_tokens)
+            sample_id=sample_id, completion_tokens=n_tokens,
+            budget=budget_of(row.get("budget")))
 
     async def _one(self, place: int, step: int, completion: Any, ids: Sequence[int],
                    row: dict[str, Any]) -> tuple[RunResult, Outcome]:
@@ -122,7 +127,8 @@ class ConductorReward:
             run = await self.pipeline.run_revision(row["prior"], text,
                                                    messages=row["round_messages"],
                                                    sample_id=sample_id,
-                                                   completion_tokens=len(ids))
+                                                   completion_tokens=len(ids),
+                                                   budget=budget_of(row.get("budget")))
         elif row["prior"] is not None:  # already run by the recursion rollout
             run = row["prior"]
         else:
@@ -131,7 +137,7 @@ class ConductorReward:
 
     async def __call__(self, prompts: list, completions: list, completion_ids: list,
                        messages: list, question: list, task: list, item: list, workers: list,
-                       trainer_state: Any = None, log_metric: Callable | None = None,
+                       budget: list | None = None, trainer_state: Any = None, log_metric: Callable | None = None,
                        podium_rollout: list[RolloutInfo] | None = None,
                        **_: Any) -> list[float | None]:
         """TRL's call: the batch's completions with the dataset's columns (`messages` ...
@@ -142,10 +148,12 @@ class ConductorReward:
         n = len(completions)
         infos = podium_rollout or [RolloutInfo()] * n
         rounds = [info.round for info in infos]
+        budgets = budget or [""] * n
         rows = [{"messages": m, "question": q, "task": t, "item": it, "workers": w,
-                 "round": info.round, "prior": info.prior, "round_messages": info.round_messages}
-                for m, q, t, it, w, info in zip(
-                    messages, question, task, item, workers, infos, strict=True)]
+                 "budget": b, "round": info.round, "prior": info.prior,
+                 "round_messages": info.round_messages}
+                for m, q, t, it, w, b, info in zip(
+                    messages, question, task, item, workers, budgets, infos, strict=True)]
         done = await asyncio.gather(*(
             self._one(self.rank * n + i, step, completions[i], completion_ids[i], rows[i]) for i in range(n)))
         self.calls += 1

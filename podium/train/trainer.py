@@ -185,7 +185,8 @@ def build(config: TrainConfig, *, make_trainer: bool = True,
     pool, limits = split_limits(load_pool(config.pool.file), layout.processes,
                                 "the training processes")
     settings = run_settings(config, pool)
-    data = build_data(config.data, config.subpool, pool, settings, strict=not dry_run)
+    data = build_data(config.data, config.subpool, pool, settings, strict=not dry_run,
+                      budget=config.budget)
     if not data.rows and not dry_run:
         raise ConfigError(f"{config.source}: the training mix has no items; check [[data.tasks]].")
     plan = TrainingRun(config, pool, settings, data, layout)
@@ -304,6 +305,8 @@ def describe(plan: TrainingRun) -> list[str]:
         f"{plan.settings.max_steps} steps, {plan.settings.access_mode} access",
         "sub-pools   " + (f"{sub.fraction:.0%} of rows, k {sub.k_min}..{sub.k_max or 'n'}, "
                           f"ids {plan.settings.subpool_ids}" if sub.fraction else "none"),
+        "budgets     " + (_budget_line(c.budget, plan.settings.show_budget, c.reward.over_budget)
+                          if c.budget.on else "none"),
         f"reward      {c.reward.scheme}, infra failures {c.reward.on_infra_failure}"
         + (f", cost weight {c.reward.cost_weight}" if c.reward.cost_weight else "")
         + (f", {c.reward.extra_call_penalty} off a right answer per extra call"
@@ -378,3 +381,14 @@ def train(config: TrainConfig, *, resume: bool = False,
         return final
     finally:
         plan.close()
+
+
+def _budget_line(b: Any, shown: bool, over: str) -> str:
+    amounts = (", ".join(f"${a:g}" for a in b.amounts) if b.amounts
+               else f"${b.range[0]:g}..${b.range[1]:g} (log-uniform)")
+    scale = (f", prices x {b.price_scale[0]:g}..{b.price_scale[1]:g}"
+             if b.price_scale != (1.0, 1.0) else "")
+    shuffle = f", {b.price_shuffle:.0%} of price lists shuffled" if b.price_shuffle else ""
+    return (f"{amounts}{scale}{shuffle}; {'shown to' if shown else 'hidden from'} the "
+            f"Conductor (run.show_budget); a plan over budget scores as "
+            f"{'a wrong answer' if over == 'wrong' else 'a format error'}")

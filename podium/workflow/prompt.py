@@ -75,6 +75,7 @@ class PoolEntry:
     id: int
     name: str = ""
     description: str = ""
+    calls: int | None = None  # how many of its calls the request's budget pays for (shown)
 
 
 def format_pool(pool: Sequence[PoolEntry], display: PoolDisplay = "masked") -> str:
@@ -83,6 +84,9 @@ def format_pool(pool: Sequence[PoolEntry], display: PoolDisplay = "masked") -> s
     * ``masked``: ``Model id 3`` (the paper's setting: no names, no metadata);
     * ``names``: ``Model id 3: <name>``;
     * ``descriptions``: ``Model id 3: <name> - <description>`` (description left out if empty).
+
+    A worker whose `calls` is set (`run.show_budget`, `podium.budget`) also says how many of
+    its calls the budget pays for: ``Model id 3: 2 calls``.
     """
     if display not in POOL_DISPLAYS:
         raise ConfigError(
@@ -102,6 +106,9 @@ def format_pool(pool: Sequence[PoolEntry], display: PoolDisplay = "masked") -> s
                 label = f"{label} - {entry.description}" if label else entry.description
             if label:
                 line = f"{line}: {label}"
+        if entry.calls is not None:
+            count = f"{entry.calls} call{'' if entry.calls == 1 else 's'}"
+            line = f"{line}, {count}" if ":" in line else f"{line}: {count}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -337,10 +344,12 @@ def conductor_messages(
     fewshots: str = DEFAULT_FEWSHOTS,
     max_steps: int = 5,
     display: PoolDisplay = "masked",
+    budget: str | None = None,
 ) -> list[dict[str, str]]:
     """The root-round messages: system, user (the filled template), assistant (the prefill).
 
     The few-shot examples are fitted to the pool's ids and to `max_steps` (`format_examples`).
+    `budget` (e.g. ``Budget: $0.002``) is a line shown above the models (`run.show_budget`).
 
     The last message is an open assistant turn: render it with the chat template's
     "continue the final message" option so the model carries on from the prefill.
@@ -349,6 +358,8 @@ def conductor_messages(
         raise ConfigError(f"max_steps must be at least 1, got {max_steps}")
     p = get_prompt(prompt)
     models = format_pool(pool, display)
+    if budget:
+        models = f"{budget}\n{models}"
     examples = format_examples(
         fewshots, shown_ids=[entry.id for entry in pool], max_steps=max_steps
     )

@@ -133,6 +133,20 @@ def test_recursion_option(client):
     assert reply.choices[0].message.content == "<answer>7</answer>"
 
 
+def test_a_requests_budget_is_priced_in_its_trace_and_a_bad_one_is_a_400(client, http):
+    reply = client.chat.completions.create(model="podium", messages=msgs(),
+                                           extra_body={"budget": 0.001,
+                                                       "return_trace_id": True})
+    trace = http.get(f"/v1/traces/{reply.model_extra['podium_trace_id']}",
+                     headers=auth()).json()
+    assert trace["budget"] == {"amount": 0.001, "plan_price": 0.0, "over": False,
+                               "workers_cost_usd": None}  # the test pool has no prices
+    assert trace["options"]["budget"] == 0.001
+    for bad in ({"budget": -1}, {"metadata": {"budget": "cheap"}}):
+        resp = http.post("/v1/chat/completions", headers=auth(), json=body(**bad))
+        assert resp.status_code == 400 and resp.json()["error"]["param"] == "budget"
+
+
 def test_budget_option_cuts_the_run_short_with_a_400_the_sdk_does_not_retry(http, server):
     resp = http.post("/v1/chat/completions", headers=auth(), json=body(max_calls=1))
     assert resp.status_code == 400

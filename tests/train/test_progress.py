@@ -16,3 +16,11 @@ def test_a_held_out_collapse_onto_one_plan_is_named():
     assert "held-out 66.7% (best 70.0%)" in line and "collapsed" in line
     spread = step_line(20, 30, {**logs, "heldout/distinct_plans": 3.0}, seconds=None)
     assert "collapsed" not in spread
+
+
+def test_a_budgeted_run_shows_its_plans_over_budget():
+    line = step_line(5, 60, {"podium/correct": 0.5, "podium/over_budget": 0.25,
+                             "heldout/accuracy": 0.6, "heldout/over_budget": 0.1},
+                     seconds=None)
+    assert "correct 50.0% · over budget 25%" in line and "held-out over budget 10%" in line
+    assert "over budget" not in step_line(5, 60, {"podium/correct": 0.5}, seconds=None)

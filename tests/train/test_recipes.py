@@ -44,6 +44,9 @@ def test_every_recipe_builds_under_dry_run(recipe, tmp_path, monkeypatch):
                "whole groups)" in out  # laid out for its two training GPUs
     if recipe.stem == "paper-recursion":
         assert "32 of 64 rollouts continue into round 1 (v0 prompt)" in out
+    if recipe.stem == "gym-budget":
+        assert "budgets     $0.001, $0.002, $0.004, prices x 0.5..2, 50% of price lists " \
+               "shuffled; shown to the Conductor" in out
     if recipe.stem == "paper-subpool":
         assert "sub-pools   100% of rows" in out
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
@@ -61,7 +64,8 @@ def test_docs_list_every_training_key_with_its_meaning():
         tables[label] = [line for line in block.splitlines() if line.startswith("| `")]
     sections = {"[model]": c.ModelSection, "[pool]": c.PoolSection,
                 "[[data.tasks]]": c.TaskSpec, "[data]": c.DataSection,
-                "[reward]": c.RewardSection, "[subpool]": c.SubpoolSection,
+                "[reward]": c.RewardSection, "[budget]": c.BudgetSection,
+                "[subpool]": c.SubpoolSection,
                 "[recursion]": c.RecursionSection, "[grpo]": c.GRPOSection,
                 "[heldout]": c.HeldOutSection, "[output]": c.OutputSection}
     for label, cls in sections.items():

@@ -69,6 +69,44 @@ cache = false
 """
 
 
+def priced_pool_toml(seed: int | None = None,
+                     prices: dict[str, float] | None = None) -> str:
+    """The priced gym's pool file (`podium.train.gym.priced`): its four workers under ids
+    `assignment(seed)`, billed by the call at `prices` (default: `PRICES`), the Conductor
+    shown the budget."""
+    from podium.train.gym.priced import PRICED, PRICES
+
+    prices = {**PRICES, **(prices or {})}
+    workers = "\n".join(
+        f'[[workers]]                        # Model id {i}\nname = "{name}"\n'
+        f'backend = "function"\nfunction = "podium.train.gym.priced:{name}"\n'
+        f'price = {{ per_call = {prices[name]} }}\n'
+        for i, name in enumerate(assignment(seed, PRICED)))
+    order = "in the listed order" if seed is None else f"shuffled with seed {seed}"
+    command = "python -m podium.train.gym pool --priced" + (
+        f" --seed {seed}" if seed is not None else "")
+    return f"""# The priced gym's pool: two cheap noisy specialists, a mid-priced generalist and a dear
+# expert, billed by the call; ids {order}. The Conductor sees each worker's id and how many of
+# its calls the request's budget pays for (run.show_budget), never its name.
+# Written by: {command}
+
+[conductor]
+backend = "embedded"
+model = "smollm2"
+temperature = 0.0
+max_tokens = 64
+constrained = false
+
+{workers}
+[run]
+prompt = "compact"
+fewshots = "none"
+max_steps = 2
+cache = false
+show_budget = true
+"""
+
+
 def optimal_plan(parts: list[list[str]] | tuple, names: list[str]) -> str:
     """The workflow an optimal Conductor writes for a problem whose `parts` are (specialist,
     instruction) pairs, for a pool whose ids name `names`: each part's specialist with its
@@ -81,4 +119,5 @@ def optimal_plan(parts: list[list[str]] | tuple, names: list[str]) -> str:
 
 
 __all__ = ["CHAINED", "FAMILIES", "MODES", "SINGLE", "SPECIALISTS", "GymTask", "Problem",
-           "assignment", "generate", "optimal_plan", "pool_toml", "specialists_for"]
+           "assignment", "generate", "optimal_plan", "pool_toml", "priced_pool_toml",
+           "specialists_for"]

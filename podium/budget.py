@@ -1,0 +1,142 @@
+"""A request's budget: what its workflow's worker calls may cost, and how the Conductor sees it.
+
+A caller may say what one question may cost (`podium ask --budget 0.002`, `"budget"` in a
+served request's body, `podium eval --budget`). The budget covers the workflow's worker calls
+at list price; the Conductor's own call is spent before any plan exists and is counted apart
+(`Outcome.conductor`). The pool's hard caps (`max_calls`, `max_tokens`, `max_cost`) still cut
+a run off as a safety net; the budget itself never stops a call.
+
+**What the Conductor sees** (with `run.show_budget`): the budget, and for each worker how many
+of its calls the budget pays for, capped at the step limit:
+
+    Budget: $0.002
+    Model id 0: 2 calls
+    Model id 1: 1 call
+    Model id 2: 0 calls
+
+A count is what a small model can use (no arithmetic on prices), and it reads the same
+whatever the currency or the scale of the price list. Without a budget every worker shows the
+step limit. Masked ids stay masked: a price is what a deployment knows, not a name.
+
+**A call's list price** (`call_prices`): a worker's `price.per_call`, plus its token prices
+times an estimate of one call's tokens (`PROMPT_TOKENS` in, the worker's `max_tokens` or
+`COMPLETION_TOKENS` out). For a worker billed by the call (the priced gym, tools) this is
+exact; for a token-billed model it is an estimate made before the plan runs. A worker without a
+price costs 0. A request may bring its own price list (`RequestBudget.prices`, one per pool
+index): training draws perturbed lists so that the Conductor learns to read prices rather than
+remember them.
+
+**Over budget** (`BudgetCheck`): a plan whose list price — the sum of its steps' call prices,
+every round's — passes the budget. The run's result and trace say so (`outcome.budget`),
+beside what the workers actually cost; training scores such a plan as `[reward] over_budget`
+says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from podium.config import ModelSpec
+from podium.errors import ConfigError
+
+PROMPT_TOKENS = 500  # estimated prompt tokens of one worker call
+COMPLETION_TOKENS = 500  # estimated completion tokens when a worker sets no max_tokens
+_SLACK = 1e-9  # relative: a plan priced exactly at the budget is within it
+
+
+@dataclass(frozen=True)
+class RequestBudget:
+    """What one question's worker calls may cost (USD, list price), and optionally the price
+    list to read it against (USD per call, one per pool index; None: the pool's own)."""
+
+    amount: float
+    prices: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.amount >= 0:  # also catches NaN
+            raise ConfigError(f"A budget must be a number of USD, 0 or more; got "
+                              f"{self.amount!r}. Pass e.g. --budget 0.002.")
+
+    def call_prices(self, workers: Sequence[ModelSpec]) -> tuple[float, ...]:
+        """The list price of one call of each pool worker under this request."""
+        if self.prices is None:
+            return call_prices(workers)
+        if len(self.prices) != len(workers):
+            raise ConfigError(f"A budget's price list has {len(self.prices)} prices for a pool "
+                              f"of {len(workers)} workers; give one price per worker.")
+        return self.prices
+
+    def to_json(self) -> dict[str, Any]:
+        return {"amount": self.amount,
+                **({"prices": list(self.prices)} if self.prices is not None else {})}
+
+
+def call_price(worker: ModelSpec) -> float:
+    """The estimated list price of one call of `worker` (USD; 0 without a price)."""
+    p = worker.price
+    if p is None:
+        return 0.0
+    out = worker.max_tokens or COMPLETION_TOKENS
+    return p.per_call + (PROMPT_TOKENS * p.input + out * p.output) / 1e6
+
+
+def call_prices(workers: Sequence[ModelSpec]) -> tuple[float, ...]:
+    return tuple(call_price(w) for w in workers)
+
+
+def calls_within(amount: float | None, price: float, cap: int) -> int:
+    """How many calls at `price` the budget `amount` pays for, at most `cap` (no budget, or a
+    free worker: `cap`)."""
+    if amount is None or price <= 0:
+        return cap
+    return min(cap, int(amount * (1 + _SLACK) // price))
+
+
+def format_budget(amount: float) -> str:
+    """The budget as the Conductor reads it: dollars with four significant digits."""
+    return f"${amount:.4g}"
+
+
+@dataclass(frozen=True)
+class BudgetCheck:
+    """A finished run against its budget: the plan's list price (every round's steps, at the
+    request's call prices) and what the workers were charged at the pool's prices."""
+
+    amount: float
+    plan_price: float
+    workers_cost: float | None
+
+    @property
+    def over(self) -> bool:
+        return self.plan_price > self.amount * (1 + _SLACK)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"amount": self.amount, "plan_price": round(self.plan_price, 10),
+                "over": self.over, "workers_cost_usd": self.workers_cost}
+
+    def sentence(self) -> str:
+        verdict = "over budget" if self.over else "within budget"
+        return (f"{verdict}: the plan's list price {format_budget(self.plan_price)} against "
+                f"a budget of {format_budget(self.amount)}")
+
+
+def plan_price(workers: Iterable[int], prices: Sequence[float]) -> float:
+    """The list price of calling the pool `workers` (one entry per step) at `prices`."""
+    return sum(prices[w] for w in workers)
+
+
+def parse_budget(value: Any, where: str) -> float | None:
+    """A budget given by a user (a flag, a request field): a number of USD, or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ConfigError(f"{where} must be a number of USD, e.g. 0.002; got {value!r}.")
+    try:
+        amount = float(value)
+    except ValueError:
+        raise ConfigError(f"{where} must be a number of USD, e.g. 0.002; got {value!r}.") \
+            from None
+    RequestBudget(amount)  # its own check
+    return amount
