@@ -3,8 +3,9 @@
 A Conductor knows its workers only by masked id, so running it with a pool whose ids mean other
 workers silently breaks it. `podium train` writes `podium-conductor.json` into every checkpoint:
 the pool (id, name, backend and model of each worker), the run settings that shape the prompt
-(prompt version, few-shot set, pool display, step limit, access mode, sub-pool ids), the base
-model, the recipe and the last metrics; and a `README.md` model card. `check_pool` compares a
+(prompt version, few-shot set, pool display, step limit, access mode, sub-pool ids, whether
+the budget is shown), the base model, the recipe and the last metrics; and a `README.md` model
+card. `check_pool` compares a
 pool with the card: the same workers under the same ids, or a sub-pool of them, is fine;
 anything else is refused with the difference named, unless the caller allows a mismatch.
 
@@ -33,7 +34,8 @@ from podium.errors import ConfigError
 CARD = "podium-conductor.json"
 CARD_FORMAT = 1
 PROMPT_SETTINGS = ("prompt", "fewshots", "pool_display", "max_steps", "access_mode",
-                   "subpool_ids", "max_subtask_chars", "max_reason_chars", "max_reason_lines")
+                   "subpool_ids", "max_subtask_chars", "max_reason_chars", "max_reason_lines",
+                   "show_budget")
 
 
 def pool_signature(pool: Pool) -> list[dict[str, Any]]:

@@ -73,6 +73,20 @@ def test_a_rows_prompt_shows_its_own_budget_and_prices(priced):
             assert shown[1 + i] == f"Model id {i}: {calls} call{'' if calls == 1 else 's'}"
 
 
+def test_a_sub_pool_row_shows_its_own_workers_with_their_affordable_calls(priced):
+    settings = priced.run.model_copy(update={"prompt": "compact-defined"})
+    data = build_data(DataSection(tasks=[{"name": "gym", "options": {
+        "families": ["arithmetic", "reverse"]}, "n": 8}]),
+        SubpoolSection(fraction=1.0, k_min=2, k_max=2, seed=3), priced, settings, budget=SPEC)
+    for row in data.rows:
+        budget = budget_of(row["budget"])
+        lines = row["messages"][1]["content"].split("Models:\n", 1)[1].splitlines()[1:]
+        assert [int(line.split()[2].rstrip(":")) for line in lines] == row["workers"]
+        for line, w in zip(lines, row["workers"], strict=True):
+            assert line.endswith(f"{min(2, int(budget.amount * (1 + 1e-9) // budget.prices[w]))}"
+                                 f" call{'' if line.endswith(' 1 call') else 's'}")
+
+
 def test_a_plan_over_its_rows_budget_scores_as_wrong_or_zero(priced):
     settings = priced.run.model_copy(update={"prompt": "compact-defined", "fallback": False})
     data = build_data(DataSection(tasks=[{"name": "gym", "options": {
