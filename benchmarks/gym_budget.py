@@ -88,20 +88,6 @@ def config(folder: Path, seed: int, arm: str, args: argparse.Namespace) -> Any:
     return train_config_from_dict(data, f"{RECIPE.name}, seed {seed}, {arm}")
 
 
-def _completion(plan_ids: tuple[int, ...], access: tuple[str, ...], item: Any,
-                settings: Any) -> str:
-    """What a Conductor writes after the prompt's prefill for this plan (question as subtask)."""
-    from podium.train.explore import question_subtask
-    from podium.workflow.grammar import OPENING
-    from podium.workflow.prompt import get_prompt
-
-    subtask = question_subtask(item.question, settings.max_subtask_chars)
-    lists = (f"{', '.join(map(str, plan_ids))}]\nsubtasks = "
-             f"{json.dumps([subtask] * len(plan_ids))}\naccess_list = [{', '.join(access)}]")
-    opened = get_prompt(settings.prompt).prefill.rstrip().endswith(OPENING)
-    return lists if opened else "\n" + OPENING + lists
-
-
 def fixed_plans(pipeline: Any, task: Any, items: list[Any], workers: int,
                 steps: int) -> dict[str, dict[str, Any]]:
     """Every plan of at most `steps` steps (ids, access), run on every item: which items it

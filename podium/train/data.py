@@ -92,12 +92,12 @@ def draw_budget(spec: BudgetSection, pool: Pool, rng: random.Random) -> RequestB
     lo, hi = spec.price_scale
     scale = math.exp(rng.uniform(math.log(lo), math.log(hi)))
     prices = [p * scale for p in call_prices(pool.workers)]
+    names = [w.name for w in pool.workers]
+    unknown = sorted({n for pair in spec.keep_order for n in pair} - set(names))
+    if unknown:
+        raise ConfigError(f"budget.keep_order names {unknown}, which the pool does not "
+                          f"have; its workers are: {', '.join(names)}.")
     if rng.random() < spec.price_shuffle:
-        names = [w.name for w in pool.workers]
-        unknown = sorted({n for pair in spec.keep_order for n in pair} - set(names))
-        if unknown:
-            raise ConfigError(f"budget.keep_order names {unknown}, which the pool does not "
-                              f"have; its workers are: {', '.join(names)}.")
         pairs = [(names.index(a), names.index(b)) for a, b in spec.keep_order]
         for _ in range(100):
             shuffled = rng.sample(prices, len(prices))

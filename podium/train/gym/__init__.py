@@ -35,76 +35,69 @@ def specialists_for(families: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return tuple(s for s in SPECIALISTS if s in needed)
 
 
+def _pool_file(header: str, module: str, names: list[str], suffix: str = "",
+               price: dict[str, float] | None = None, run: str = "") -> str:
+    """A gym pool file: `header` (comment lines), the embedded Conductor, the workers `names`
+    in id order as `module:<name><suffix>` functions (billed by the call at `price`), and the
+    compact prompt's run settings plus `run`."""
+    workers = "\n".join(
+        f'[[workers]]                        # Model id {i}\nname = "{name}"\n'
+        f'backend = "function"\nfunction = "{module}:{name}{suffix}"\n'
+        + (f"price = {{ per_call = {price[name]} }}\n" if price else "")
+        for i, name in enumerate(names))
+    return f"""{header}
+
+[conductor]
+backend = "embedded"
+model = "smollm2"
+temperature = 0.0
+max_tokens = 64
+constrained = false
+
+{workers}
+[run]
+prompt = "compact"
+fewshots = "none"
+max_steps = 2
+cache = false
+{run}"""
+
+
+def _order(seed: int | None) -> str:
+    return "in the listed order" if seed is None else f"shuffled with seed {seed}"
+
+
 def pool_toml(seed: int | None = None, mode: str = "question",
               specialists: tuple[str, ...] = SPECIALISTS) -> str:
     """A gym pool file: `specialists` under ids `assignment(seed)`, in `mode`."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
-    suffix = "" if mode == "question" else "_subtask"
-    workers = "\n".join(
-        f'[[workers]]                        # Model id {i}\nname = "{name}"\n'
-        f'backend = "function"\nfunction = "podium.train.gym.specialists:{name}{suffix}"\n'
-        for i, name in enumerate(assignment(seed, specialists)))
-    order = "in the listed order" if seed is None else f"shuffled with seed {seed}"
     command = "python -m podium.train.gym pool" + (f" --seed {seed}" if seed is not None else "")
     if specialists != SPECIALISTS:
         command += " --specialists " + ",".join(specialists)
-    return f"""# The gym's pool: {len(specialists)} exact specialists ({mode} mode), ids {order}.
-# The Conductor sees only "Model id i": nothing about an id gives its skill away.
-# Written by: {command} --mode {mode}
-
-[conductor]
-backend = "embedded"
-model = "smollm2"
-temperature = 0.0
-max_tokens = 64
-constrained = false
-
-{workers}
-[run]
-prompt = "compact"
-fewshots = "none"
-max_steps = 2
-cache = false
-"""
+    header = (f"# The gym's pool: {len(specialists)} exact specialists ({mode} mode), ids "
+              f"{_order(seed)}.\n"
+              '# The Conductor sees only "Model id i": nothing about an id gives its skill '
+              f"away.\n# Written by: {command} --mode {mode}")
+    return _pool_file(header, "podium.train.gym.specialists", assignment(seed, specialists),
+                      "" if mode == "question" else "_subtask")
 
 
-def priced_pool_toml(seed: int | None = None,
-                     prices: dict[str, float] | None = None) -> str:
+def priced_pool_toml(seed: int | None = None) -> str:
     """The priced gym's pool file (`podium.train.gym.priced`): its four workers under ids
-    `assignment(seed)`, billed by the call at `prices` (default: `PRICES`), the Conductor
-    shown the budget."""
+    `assignment(seed)`, billed by the call at `PRICES`, the Conductor shown the budget."""
     from podium.train.gym.priced import PRICED, PRICES
 
-    prices = {**PRICES, **(prices or {})}
-    workers = "\n".join(
-        f'[[workers]]                        # Model id {i}\nname = "{name}"\n'
-        f'backend = "function"\nfunction = "podium.train.gym.priced:{name}"\n'
-        f'price = {{ per_call = {prices[name]} }}\n'
-        for i, name in enumerate(assignment(seed, PRICED)))
-    order = "in the listed order" if seed is None else f"shuffled with seed {seed}"
     command = "python -m podium.train.gym pool --priced" + (
         f" --seed {seed}" if seed is not None else "")
-    return f"""# The priced gym's pool: two cheap noisy specialists, a mid-priced generalist and a dear
-# expert, billed by the call; ids {order}. The Conductor sees each worker's id and how many of
-# its calls the request's budget pays for (run.show_budget), never its name.
-# Written by: {command}
-
-[conductor]
-backend = "embedded"
-model = "smollm2"
-temperature = 0.0
-max_tokens = 64
-constrained = false
-
-{workers}
-[run]
-prompt = "compact"
-fewshots = "none"
-max_steps = 2
-cache = false
-show_budget = true
-"""
+    header = ("# The priced gym's pool: two cheap noisy specialists, a mid-priced generalist "
+              "and a dear\n"
+              f"# expert, billed by the call; ids {_order(seed)}. The Conductor sees each "
+              "worker's id and how many of\n"
+              "# its calls the request's budget pays for (run.show_budget), never its name.\n"
+              f"# Written by: {command}")
+    return _pool_file(header, "podium.train.gym.priced", assignment(seed, PRICED),
+                      price=PRICES, run="show_budget = true\n")
 
 
 def optimal_plan(parts: list[list[str]] | tuple, names: list[str]) -> str:
