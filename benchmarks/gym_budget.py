@@ -20,9 +20,16 @@ the mean list price of a question's plan and the share of plans over budget, nex
 * the best fixed policy for that budget: a plan per family (every plan of at most two steps,
   both access values), the best one that keeps to the budget, computed exactly on the same
   questions (the workers are deterministic);
-* the untrained Conductor (shown the budget);
-* with `--arms budget,blind`, the same recipe trained without the budget in the prompt
-  (`run.show_budget = false`, the same budget-aware reward).
+* the untrained Conductor (under the same settings as the arm).
+
+`--arms` chooses what the Conductor is trained and scored with (the same budget-aware reward
+in each):
+
+* `held` (the recipe): the budget shown (`run.show_budget`) and every plan held to it by the
+  grammar (`run.hold_budget`), so that no plan can pass it and the policy learns the choice
+  among those that fit;
+* `shown`: the budget shown, plans not held (an over-budget plan scores as wrong);
+* `blind`: the budget neither shown nor held.
 
 Targets: at every budget of the training list, <= 5% of plans over budget and accuracy within 5
 points of the best fixed policy; on the unseen list <= 10% and 10 points; the trained policy
@@ -30,7 +37,7 @@ beats every fixed policy (a plan per family, one rule for all budgets) on at lea
 of the training list; on >= 2 assignments.
 
     .venv/bin/python benchmarks/gym_budget.py [--seeds 1 2] [--minutes 40] [--held-out 100]
-        [--arms budget,blind] [--set grpo.learning_rate=1e-4 ...]
+        [--arms held,shown,blind] [--set grpo.learning_rate=1e-4 ...]
         [--out benchmarks/results/gym_budget.json] [--with EARLIER.json]
 
 Writes JSON and an accuracy-vs-cost PNG next to it (one point per budget, the frontier of the
@@ -51,6 +58,9 @@ from typing import Any
 
 RECIPE = Path(__file__).resolve().parents[1] / "configs" / "train" / "gym-budget.toml"
 TRAIN_BUDGETS = (0.001, 0.002, 0.004)
+ARMS = {"held": ["run.show_budget=true", "run.hold_budget=true"],
+        "shown": ["run.show_budget=true", "run.hold_budget=false"],
+        "blind": ["run.show_budget=false", "run.hold_budget=false"]}
 UNSEEN_SCALE = 3.0
 UNSEEN_SWAP = ("generalist", "expert")
 
@@ -70,7 +80,7 @@ def price_lists(names: list[str]) -> dict[str, dict[str, Any]]:
 
 def config(folder: Path, seed: int, arm: str, args: argparse.Namespace) -> Any:
     """The recipe on the priced pool under assignment `seed`; no [heldout] (this script
-    scores), the clock ending the run; `blind`: the budget not shown."""
+    scores), the clock ending the run, with the arm's settings (`ARMS`)."""
     import tomllib
 
     from podium.train.config import apply_overrides, train_config_from_dict
@@ -84,7 +94,7 @@ def config(folder: Path, seed: int, arm: str, args: argparse.Namespace) -> Any:
     data = apply_overrides(data, [
         f"pool.file={pool}", f"grpo.max_steps={args.steps}", "grpo.save_steps=100000",
         f"output.dir={folder / 'out'}", "output.transcripts_per_step=2",
-        *(["run.show_budget=false"] if arm == "blind" else []), *(args.set or [])])
+        *ARMS[arm], *(args.set or [])])
     return train_config_from_dict(data, f"{RECIPE.name}, seed {seed}, {arm}")
 
 
@@ -300,7 +310,8 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--arms", default="budget", help="budget, blind or budget,blind")
+    parser.add_argument("--arms", default="held",
+                        help="comma-separated, of: " + ", ".join(ARMS))
     parser.add_argument("--minutes", type=float, default=40)
     parser.add_argument("--steps", type=int, default=100000)
     parser.add_argument("--held-out", type=int, default=100)
@@ -309,8 +320,8 @@ def main() -> None:
     parser.add_argument("--with", dest="earlier", type=Path)
     args = parser.parse_args()
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    if set(arms) - {"budget", "blind"}:
-        raise SystemExit("--arms: budget, blind or budget,blind")
+    if not arms or set(arms) - set(ARMS):
+        raise SystemExit(f"--arms: comma-separated, of: {', '.join(ARMS)}")
     results = json.loads(args.earlier.read_text())["results"] if args.earlier else []
     done = {(r["seed"], r["arm"]) for r in results}
     with tempfile.TemporaryDirectory() as tmp:

@@ -35,7 +35,7 @@ CARD = "podium-conductor.json"
 CARD_FORMAT = 1
 PROMPT_SETTINGS = ("prompt", "fewshots", "pool_display", "max_steps", "access_mode",
                    "subpool_ids", "max_subtask_chars", "max_reason_chars", "max_reason_lines",
-                   "show_budget")
+                   "show_budget", "hold_budget")
 
 
 def pool_signature(pool: Pool) -> list[dict[str, Any]]:

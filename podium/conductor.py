@@ -11,7 +11,7 @@ fall back, score or log them. A turn is built whole when its call is over.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from podium.config import Price, RunSettings
 from podium.errors import INTERNAL, WorkerError, WorkflowParseError
@@ -38,13 +38,16 @@ def grammar_for(view: PoolView, settings: RunSettings, revise: bool = False,
     three empty lists allowed in a recursion round (`revise`), and no reasoning when the
     prompt's prefill already opened the lists (the compact prompt); a `skeleton` (ids and
     access values) holds it to that one plan (training's exploration rollouts), and
-    `subtasks` also to those instructions."""
+    `subtasks` also to those instructions. With `settings.hold_budget` and a view that has a
+    budget, the ids are held to plans whose list price fits it."""
     opened = not revise and _opens_lists(settings)
+    held = view.held_prices if settings.hold_budget else None
     return workflow_grammar(view.shown_ids, settings.max_steps, allow_empty=revise,
                             opened=opened, max_subtask_chars=settings.max_subtask_chars,
                             max_reason_chars=settings.max_reason_chars,
                             max_reason_lines=settings.max_reason_lines, skeleton=skeleton,
-                            subtasks=subtasks)
+                            subtasks=subtasks, prices=held,
+                            budget=view.budget if held is not None else None)
 
 
 def fixed_completion(settings: RunSettings, skeleton: tuple[tuple[int, ...], tuple[str, ...]],
@@ -220,6 +223,10 @@ class Conductor:
                      sample_id: int | str = 0) -> ConductorTurn:
         """A recursion round after `previous`, whose workflow produced `answer`."""
         view = previous.view or self.view
+        if view.budget is not None and view.prices is not None and previous.workflow:
+            prices = dict(zip(view.pool_indices(), view.prices, strict=True))  # the plan's ids
+            spent = sum(prices.get(s.worker, 0.0) for s in previous.workflow.steps)
+            view = replace(view, budget=max(view.budget - spent, 0.0))  # what the plan left
         messages = revise_messages(previous, answer, self.settings)
         return await self._generate(previous.round + 1, messages, view, allow_empty=True,
                                     sample_id=sample_id)

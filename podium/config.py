@@ -226,6 +226,10 @@ class RunSettings(_Frozen):
     show_budget: bool = Field(False, description="Show the Conductor the request's budget: "
                               "each worker's line says how many of its calls the budget pays "
                               "for at list price (podium.budget). Off: the paper's prompt.")
+    hold_budget: bool = Field(False, description="A constrained Conductor with a request's "
+                              "budget writes only plans whose list price fits it (the grammar "
+                              "holds its worker ids; podium.budget). Off: the budget is shown "
+                              "(show_budget) or checked, never enforced.")
 
 
 class Pool(_Frozen):

@@ -228,7 +228,8 @@ class Pipeline:
 
     def _view(self, workers: Sequence[int] | None,
               budget: RequestBudget | None = None) -> PoolView:
-        if workers is None and (budget is None or not self.settings.show_budget):
+        if workers is None and (budget is None or not (self.settings.show_budget
+                                                       or self.settings.hold_budget)):
             return self.conductor.view
         return settings_view(self.pool.workers, self.settings, workers, budget)
 

@@ -10,7 +10,8 @@ A `PoolView` is what one Conductor call is shown and how its ids map back to poo
 
 With a request's budget (`podium.budget`), a view's entries also carry how many of each
 worker's calls the budget pays for, and `budget_line` says the budget, for a Conductor shown
-them (`run.show_budget`).
+them (`run.show_budget`); its `prices` (one call's list price per shown worker) let a
+constrained Conductor's grammar hold the plan to the budget (`run.hold_budget`).
 
 `sample_subpool` draws the random sub-pools of the paper's adaptive-worker fine-tune (§9):
 k uniform in 1..n, or, with some probability, one of the named groups (e.g. closed-only).
@@ -35,7 +36,8 @@ class PoolView:
     entries: tuple[PoolEntry, ...]  # as shown to the Conductor
     to_pool: tuple[tuple[int, int], ...]  # (shown id, pool index)
     id_space: int  # parse ids against 0..id_space-1
-    budget: float | None = None  # the request's budget (USD), when the entries count calls
+    budget: float | None = None  # the request's budget (USD), when one is shown or held to
+    prices: tuple[float, ...] | None = None  # one call's list price, per entry (with a budget)
 
     @property
     def budget_line(self) -> str | None:
@@ -43,6 +45,13 @@ class PoolView:
         if not any(e.calls is not None for e in self.entries):
             return None
         return "Budget: " + ("none" if self.budget is None else format_budget(self.budget))
+
+    @property
+    def held_prices(self) -> dict[int, float] | None:
+        """Each shown id's call price, when the view has a budget to hold a plan to."""
+        if self.budget is None or self.prices is None:
+            return None
+        return dict(zip(self.shown_ids, self.prices, strict=True))
 
     @property
     def shown_ids(self) -> list[int]:
@@ -60,10 +69,12 @@ class PoolView:
 
 def make_view(workers: Sequence[ModelSpec], indices: Sequence[int] | None = None,
               ids: Literal["original", "reindexed"] = "original", *,
-              budget: RequestBudget | None = None, calls_cap: int | None = None) -> PoolView:
+              budget: RequestBudget | None = None, calls_cap: int | None = None,
+              held: bool = False) -> PoolView:
     """The view of `workers` restricted to pool `indices` (all of them when None). With
     `calls_cap` (the step limit; `run.show_budget`), each entry counts the calls `budget` pays
-    for (no budget: the cap)."""
+    for (no budget: the cap). With `held` (`run.hold_budget`) or `calls_cap`, the view keeps the
+    budget and the shown workers' call prices."""
     chosen = list(range(len(workers))) if indices is None else list(dict.fromkeys(indices))
     if not chosen:
         raise ConfigError("A sub-pool needs at least one worker.")
@@ -72,25 +83,29 @@ def make_view(workers: Sequence[ModelSpec], indices: Sequence[int] | None = None
             raise ConfigError(f"Worker index {i} is not in the pool (0..{len(workers) - 1}).")
     shown = chosen if ids == "original" else list(range(len(chosen)))
     calls: list[int | None] = [None] * len(workers)
+    prices = budget.call_prices(workers) if budget else (0.0,) * len(workers)
     if calls_cap is not None:
-        prices = budget.call_prices(workers) if budget else (0.0,) * len(workers)
         amount = budget.amount if budget else None
         calls = [calls_within(amount, p, calls_cap) for p in prices]
     entries = tuple(PoolEntry(s, workers[i].name, workers[i].description, calls[i])
                     for s, i in zip(shown, chosen, strict=True))
     space = len(workers) if ids == "original" else len(chosen)
+    keep = budget is not None and (calls_cap is not None or held)
     return PoolView(entries, tuple(zip(shown, chosen, strict=True)), space,
-                    budget.amount if budget and calls_cap is not None else None)
+                    budget.amount if keep else None,
+                    tuple(prices[i] for i in chosen) if keep else None)
 
 
 def settings_view(workers: Sequence[ModelSpec], settings: RunSettings,
                   indices: Sequence[int] | None = None,
                   budget: RequestBudget | None = None) -> PoolView:
     """The view a Conductor run under `settings` is shown: the sub-pool `indices` (None: the
-    whole pool) with `settings.subpool_ids`, and each worker's affordable calls when
-    `settings.show_budget` is on."""
+    whole pool) with `settings.subpool_ids`, each worker's affordable calls when
+    `settings.show_budget` is on, and the budget to hold the plan to with
+    `settings.hold_budget`."""
     return make_view(workers, indices, settings.subpool_ids, budget=budget,
-                     calls_cap=settings.max_steps if settings.show_budget else None)
+                     calls_cap=settings.max_steps if settings.show_budget else None,
+                     held=settings.hold_budget)
 
 
 def choose_workers(workers: Sequence[ModelSpec], names: Sequence[str]) -> list[int]:

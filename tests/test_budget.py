@@ -162,3 +162,89 @@ def _toml(pool: dict) -> str:
     lines.append("[run]\n" + "\n".join(
         f"{k} = {json.dumps(v)}" for k, v in run.items()))
     return "\n\n".join(lines) + "\n"
+
+
+def held_pool(seed: int) -> dict:
+    """`priced_pool` with the embedded SmolLM2 as a hot, grammar-held Conductor and
+    run.hold_budget on: it samples freely, and only plans that fit the budget can come out."""
+    pool = priced_pool()
+    pool["conductor"] = {"backend": "embedded", "model": "smollm2", "constrained": True,
+                         "temperature": 1.5, "top_p": 1.0, "seed": seed, "max_tokens": 200}
+    pool["run"].update(hold_budget=True, prompt="compact-defined", max_subtask_chars=24)
+    return pool
+
+
+@pytest.mark.parametrize(("budget", "fits"), [
+    (0.001, {(1,)}),  # only the cheap worker, once
+    (0.003, {(1,), (2,), (1, 1), (1, 2), (2, 1)}),  # never the dear one, never two mids
+])
+def test_a_held_conductor_writes_only_plans_within_its_budget(budget, fits):
+    """A real model sampled hot under the grammar: whatever it picks, the plan's list price
+    fits the budget (seeded draws; without the hold this Conductor writes dear plans)."""
+    async def plans() -> list[tuple[int, ...]]:
+        out = []
+        for seed in (1, 2, 3):
+            async with Pipeline(pool_from_dict(held_pool(seed))) as pipe:
+                r = await pipe.ask("What is 2 + 3?", budget=budget)
+            turn = r.rounds[0].conductor
+            assert turn.workflow is not None and not turn.fallback, turn.completion
+            assert not r.outcome.over_budget
+            out.append(tuple(s.worker for s in turn.workflow.steps))
+        return out
+
+    assert set(asyncio.run(plans())) <= fits
+
+
+def test_the_hold_needs_a_budget_and_leaves_the_cheapest_when_nothing_fits():
+    from podium.workflow.grammar import workflow_grammar
+    from tests.workflow.test_grammar import accepts
+
+    prices = {0: 0.004, 1: 0.001, 2: 0.002}
+    plan = '{}]\nsubtasks = ["Add them up"{}]\naccess_list = [[]{}]'
+    one, two = (lambda i: plan.format(i, "", "")), (
+        lambda i, j: plan.format(f"{i}, {j}", ', "Check the sum"', ", []"))
+    held = workflow_grammar([0, 1, 2], 2, opened=True, prices=prices, budget=0.002)
+    assert accepts(held, one(1)) and accepts(held, one(2)) and accepts(held, two(1, 1))
+    assert not accepts(held, one(0)) and not accepts(held, two(1, 2))
+    assert not accepts(held, two(2, 2))
+    broke = workflow_grammar([0, 1, 2], 2, opened=True, prices=prices, budget=0.0005)
+    assert accepts(broke, one(1)) and not accepts(broke, one(2))  # the cheapest, one step
+    assert not accepts(broke, two(1, 1))
+    revise = workflow_grammar([0, 1, 2], 2, allow_empty=True, prices=prices, budget=0.0)
+    assert accepts(revise, " keep it\nmodel_id = []\nsubtasks = []\naccess_list = []")
+    assert not accepts(revise, " again\nmodel_id = [" + one(1))
+    with pytest.raises(ValueError, match="price"):
+        workflow_grammar([0, 1], 2, prices={0: 0.1}, budget=1.0)
+
+
+def test_a_revision_round_is_held_to_what_the_first_plan_left():
+    """Recursion: the first plan's list price comes off the budget the revision is held to."""
+    from types import SimpleNamespace
+
+    from podium.conductor import Conductor, workflow_messages
+    from podium.config import RunSettings
+    from podium.subpool import settings_view
+    from tests.workflow.test_grammar import accepts
+
+    grammars: list[str] = []
+
+    class Recording:
+        async def chat(self, messages, grammar=None, sample_id=0):
+            grammars.append(grammar)
+            return SimpleNamespace(text="model_id = []\nsubtasks = []\naccess_list = []",
+                                   prompt_tokens=1, completion_tokens=1, latency_s=0.0,
+                                   cache_hit=False, retries=[], prefill=None)
+
+    pool = pool_from_dict(priced_pool())
+    settings = RunSettings(max_steps=2, fewshots="none", prompt="compact-defined",
+                           hold_budget=True)
+    view = settings_view(pool.workers, settings, None, RequestBudget(0.003))
+    conductor = Conductor(Recording(), view, settings, constrained=True)
+    first = conductor.read('2]\nsubtasks = ["Add them up"]\naccess_list = [[]]', view,
+                           messages=workflow_messages("What is 2 + 3?", view, settings))
+    assert [s.worker for s in first.workflow.steps] == [2]  # the $0.002 worker
+    turn = asyncio.run(conductor.revise(first, "<answer>5</answer>"))
+    assert turn.kept
+    again = ' again\nmodel_id = [{}]\nsubtasks = ["Add them up"]\naccess_list = [[]]'
+    assert accepts(grammars[0], again.format(1))  # $0.001 of the $0.003 is left
+    assert not accepts(grammars[0], again.format(2))

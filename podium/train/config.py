@@ -333,6 +333,9 @@ class TrainConfig(_Section):
                              "measured sequence ratios near 1e-9, which leaves every rollout "
                              "out of the loss. Set grpo.importance_sampling_correction = false "
                              "(the default, as in the paper) or grpo.constrained = false")
+        if self.run.get("hold_budget") and not self.grpo.constrained:
+            raise ValueError("run.hold_budget holds rollouts to their budget through the "
+                             "Conductor's grammar: set grpo.constrained = true too")
         if self.grpo.explore and not self.grpo.constrained:
             raise ValueError("grpo.explore draws plans through the Conductor's grammar: set "
                              "grpo.constrained = true too")

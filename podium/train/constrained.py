@@ -6,7 +6,9 @@ worker or topology was right. With `[grpo] constrained = true`, each rollout is 
 the same GBNF grammar the embedded backend applies at inference (`grammar_for`: the row's shown
 ids, the step limit, the prompt's prefill), compiled for the policy's tokenizer by xgrammar and
 applied as a transformers logits processor. Every rollout is then a valid workflow, and the
-reward compares worker choices and topologies from the first step. The policy is trained on
+reward compares worker choices and topologies from the first step. With `run.hold_budget`,
+each row's grammar also holds the plan to the row's budget at the row's prices, and the
+explored skeletons are drawn among the plans that fit it. The policy is trained on
 the tokens it sampled (TRL's loss uses its own, unmasked log-probabilities), and the trained
 Conductor runs under the same grammar at inference (`constrained = true` in the pool). With
 `[grpo] credit = "live"` the rollout also hands TRL an `env_mask` that leaves the tokens of
@@ -27,15 +29,17 @@ rollout whose grammar admits one text is written either way.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from podium.budget import RequestBudget, plan_price
 from podium.conductor import fixed_completion, grammar_for
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
 from podium.train import rollout_info
 from podium.train.credit import live_mask
-from podium.train.data import view_of
+from podium.train.data import budget_of, view_of
 from podium.train.explore import Skeleton, draw_skeletons, explored_indices, question_subtask
 from podium.train.layout import pieces_of
 from podium.train.rollout_info import RolloutInfo
@@ -43,12 +47,14 @@ from podium.train.rollout_info import RolloutInfo
 
 class GrammarSpec(NamedTuple):
     """What a rollout's grammar depends on: the ids its row shows, whether it revises a plan
-    (recursion's second round), and for an explored rollout its skeleton and subtasks."""
+    (recursion's second round), for an explored rollout its skeleton and subtasks, and with
+    `run.hold_budget` the row's budget (the plan is held to what it can pay for)."""
 
     workers: tuple[int, ...]
     revise: bool = False
     skeleton: Skeleton | None = None
     subtasks: tuple[str, ...] | None = None
+    budget: RequestBudget | None = None
 
 
 class Grammars:
@@ -70,8 +76,27 @@ class Grammars:
         self.compiled = lru_cache(maxsize=1024)(self._compile)
 
     def _text(self, spec: GrammarSpec) -> str:
-        view = view_of(self.pool, self.settings, list(spec.workers))
+        view = view_of(self.pool, self.settings, list(spec.workers), spec.budget)
         return grammar_for(view, self.settings, spec.revise, spec.skeleton, spec.subtasks)
+
+    def held(self, row: dict[str, Any]) -> RequestBudget | None:
+        """The budget a row's rollouts are held to (`run.hold_budget`), or None."""
+        return budget_of(row.get("budget")) if self.settings.hold_budget else None
+
+    def fits(self, workers: tuple[int, ...], budget: RequestBudget | None
+             ) -> Callable[[tuple[int, ...]], bool] | None:
+        """Whether a plan's ids are among those the row's held grammar admits: its list price
+        fits `budget`, or, where no worker fits even alone, it is one step of the cheapest
+        (None: no budget to hold to)."""
+        prices = view_of(self.pool, self.settings, list(workers), budget).held_prices \
+            if budget is not None else None
+        if prices is None:
+            return None
+        limit = budget.amount * (1 + 1e-9)
+        if min(prices.values()) > limit:
+            cheapest = {i for i, p in prices.items() if p == min(prices.values())}
+            return lambda ids: len(ids) == 1 and ids[0] in cheapest
+        return lambda ids: plan_price(ids, prices) <= limit
 
     def _compile(self, spec: GrammarSpec) -> Any:
         return self._compiler.compile_grammar(self.text(spec))
@@ -146,10 +171,12 @@ class ConstrainedRollout:
         for idx in explored_indices(pieces, self.explore):
             if not idx:
                 continue
-            workers = tuple(self.rows[prompts[idx[0]]]["workers"])
+            row = self.rows[prompts[idx[0]]]
+            workers = tuple(row["workers"])
             drawn = draw_skeletons(self.rng, self.grammars.shown_ids(workers),
                                    self.grammars.settings.max_steps, len(idx),
-                                   self.live_plans)
+                                   self.live_plans,
+                                   fits=self.grammars.fits(workers, self.grammars.held(row)))
             for i, skeleton in zip(idx, drawn, strict=True):
                 out[i] = skeleton
         return out
@@ -186,7 +213,8 @@ class ConstrainedRollout:
         logprobs: list | None = None
         if sampled:  # a text the grammar fixes is written, not sampled token by token
             specs = [GrammarSpec(tuple(self.rows[prompts[i]]["workers"]), False, skeletons[i],
-                                 self.subtasks(prompts[i], skeletons[i])) for i in sampled]
+                                 self.subtasks(prompts[i], skeletons[i]),
+                                 self.grammars.held(self.rows[prompts[i]])) for i in sampled]
             generated, sampled_logprobs = self.grammars.generate(
                 trainer, [ids[i] for i in sampled], specs)
             for i, completion in zip(sampled, generated, strict=True):

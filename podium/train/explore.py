@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 Skeleton = tuple[tuple[int, ...], tuple[str, ...]]
 
@@ -56,20 +56,30 @@ def count_skeletons(n_ids: int, max_steps: int, live: bool = False) -> list[int]
 
 
 def draw_skeletons(rng: random.Random, ids: Sequence[int], max_steps: int,
-                   k: int, live: bool = False) -> list[Skeleton]:
+                   k: int, live: bool = False,
+                   fits: Callable[[tuple[int, ...]], bool] | None = None) -> list[Skeleton]:
     """`k` skeletons drawn uniformly from all of `ids` up to `max_steps` (`live`: only those
     whose every step reaches the answer), distinct while there are enough of them (beyond
-    that, repeats)."""
+    that, repeats). With `fits` (a plan's ids within a budget, `run.hold_budget`), only plans
+    that fit are kept; when too few fit to find them by drawing, the rest are one step of a
+    worker that fits alone (or of the first id, when none does)."""
     ids = sorted(set(ids))
     counts = count_skeletons(len(ids), max_steps, live)
     total, out, seen = sum(counts), [], set()
+    tries = 0
     while len(out) < k:
         length = rng.choices(range(1, max_steps + 1), weights=counts)[0]
         access = ("[]",) + tuple(rng.choice(("[]", "all")) for _ in range(length - 1))
         if live and length > 1:
             access = access[:-1] + ("all",)
         skeleton = (tuple(rng.choice(ids) for _ in range(length)), access)
-        if skeleton in seen and len(seen) < total:
+        tries += 1
+        if fits is not None and not fits(skeleton[0]):
+            if tries < 50 * k:
+                continue
+            alone = [i for i in ids if fits((i,))] or ids[:1]
+            skeleton = ((rng.choice(alone),), ("[]",))
+        elif skeleton in seen and len(seen) < total and tries < 50 * k:
             continue
         seen.add(skeleton)
         out.append(skeleton)

@@ -93,8 +93,10 @@ class HeldOut:
                 if grammars is not None:
                     from podium.train.constrained import GrammarSpec
 
-                    processors = LogitsProcessorList(
-                        [grammars.processor([GrammarSpec(())] * len(ids))])
+                    held = self.run.settings.hold_budget
+                    processors = LogitsProcessorList([grammars.processor(
+                        [GrammarSpec((), budget=b if held else None)
+                         for b in self.budgets[start:start + BATCH]])])
                 device = next(model.parameters()).device
                 with torch.no_grad():
                     generated = model.generate(

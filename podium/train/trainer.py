@@ -305,7 +305,7 @@ def describe(plan: TrainingRun) -> list[str]:
         f"{plan.settings.max_steps} steps, {plan.settings.access_mode} access",
         "sub-pools   " + (f"{sub.fraction:.0%} of rows, k {sub.k_min}..{sub.k_max or 'n'}, "
                           f"ids {plan.settings.subpool_ids}" if sub.fraction else "none"),
-        "budgets     " + (_budget_line(c.budget, plan.settings.show_budget, c.reward.over_budget)
+        "budgets     " + (_budget_line(c.budget, plan.settings, c.reward.over_budget)
                           if c.budget.on else "none"),
         f"reward      {c.reward.scheme}, infra failures {c.reward.on_infra_failure}"
         + (f", cost weight {c.reward.cost_weight}" if c.reward.cost_weight else "")
@@ -383,12 +383,13 @@ def train(config: TrainConfig, *, resume: bool = False,
         plan.close()
 
 
-def _budget_line(b: Any, shown: bool, over: str) -> str:
+def _budget_line(b: Any, settings: RunSettings, over: str) -> str:
     amounts = (", ".join(f"${a:g}" for a in b.amounts) if b.amounts
                else f"${b.range[0]:g}..${b.range[1]:g} (log-uniform)")
     scale = (f", prices x {b.price_scale[0]:g}..{b.price_scale[1]:g}"
              if b.price_scale != (1.0, 1.0) else "")
     shuffle = f", {b.price_shuffle:.0%} of price lists shuffled" if b.price_shuffle else ""
-    return (f"{amounts}{scale}{shuffle}; {'shown to' if shown else 'hidden from'} the "
-            f"Conductor (run.show_budget); a plan over budget scores as "
+    held = "; rollouts held to it (run.hold_budget)" if settings.hold_budget else ""
+    return (f"{amounts}{scale}{shuffle}; {'shown to' if settings.show_budget else 'hidden from'}"
+            f" the Conductor (run.show_budget){held}; a plan over budget scores as "
             f"{'a wrong answer' if over == 'wrong' else 'a format error'}")

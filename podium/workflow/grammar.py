@@ -25,11 +25,18 @@ exploration rollouts of training (`[grpo] explore`, `podium.train.explore`) are 
 With `subtasks` as well, one per step, the subtasks are literals too
 (`[grpo] explore_subtasks = "question"`); opened, such a grammar admits exactly one text,
 `fixed_workflow`, which training then writes instead of sampling.
+
+`prices` (one call's list price per id) with `budget` holds the id list to plans whose list
+price fits the budget (`run.hold_budget`, `podium.budget`): each step count's ids come from a
+rule per (steps left, money left), so a two-step plan of dear workers is refused where one
+dear step is not. When no worker fits even alone, the grammar holds the plan to one step of
+the cheapest worker (the nearest the budget there is; the run says it is over); in a recursion
+round the three empty lists (keep the answer) always remain.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 OPENING = "model_id = ["  # a prefill that ends with this has opened the lists
 
@@ -45,6 +52,8 @@ def workflow_grammar(
     opened: bool = False,
     skeleton: tuple[Sequence[int], Sequence[str]] | None = None,
     subtasks: Sequence[str] | None = None,
+    prices: Mapping[int, float] | None = None,
+    budget: float | None = None,
 ) -> str:
     if not worker_ids:
         raise ValueError("the grammar needs at least one worker id")
@@ -52,7 +61,10 @@ def workflow_grammar(
         raise ValueError("literal subtasks need a skeleton (the plan they belong to)")
     if max_steps < 1:
         raise ValueError("max_steps must be at least 1")
-    alternatives = [f"wf{n}" for n in range(1, max_steps + 1)]
+    held = _held_ids(worker_ids, max_steps, prices, budget, allow_empty) \
+        if budget is not None and skeleton is None else None
+    steps = range(1, max_steps + 1) if held is None else [n for n in held[0]]
+    alternatives = [f"wf{n}" for n in steps]
     if allow_empty:
         alternatives.insert(0, "keep")
     reasoning = [
@@ -77,8 +89,10 @@ def workflow_grammar(
         rules[at] = (f'workflow ::= {head}"{ids}]\\nsubtasks = [" {strs} '
                      f'"]\\naccess_list = [{access}]"')
         return "\n".join(rules) + "\n"
-    for n in range(1, max_steps + 1):
-        ids = ' ", " '.join(["id"] * n)
+    if held is not None:
+        rules += held[1]
+    for n in steps:
+        ids = ' ", " '.join(["id"] * n) if held is None else held[0][n]
         strs = ' ", " '.join(["str"] * n)
         first = "acc" if allow_empty else '"[]"'  # in a recursion round step 0 may see it
         accs = ' ", " '.join([first] + ["acc"] * (n - 1))
@@ -121,3 +135,48 @@ def _literal_subtasks(subtasks: Sequence[str], steps: int) -> list[str]:
         raise ValueError(f"literal subtasks are {steps} non-empty strings without a quote, "
                          f"backslash or newline, not {list(subtasks)}")
     return [f'"\\"{s}\\""' for s in subtasks]
+
+
+_SLACK = 1e-9  # relative, as podium.budget: a plan priced exactly at the budget fits
+
+
+def _held_ids(worker_ids: Sequence[int], max_steps: int, prices: Mapping[int, float] | None,
+              budget: float, allow_empty: bool) -> tuple[dict[int, str], list[str]]:
+    """For each step count some plan within `budget` has, the GBNF of its id lists (a rule
+    name), and the rules: `bKnJ` admits K ids, comma-separated, whose prices sum to at most
+    the J-th amount of money left. Nothing fits: one step of the cheapest worker, or (a
+    recursion round, `allow_empty`) no step count at all, leaving only `keep`."""
+    if prices is None:
+        raise ValueError("a budget-held grammar needs the price of each worker id")
+    ids = sorted(set(worker_ids))
+    missing = [i for i in ids if i not in prices]
+    if missing:
+        raise ValueError(f"a budget-held grammar needs a price for ids {missing}")
+    left0 = budget * (1 + _SLACK)
+    names: dict[tuple[int, float], str | None] = {}
+    rules: list[str] = []
+
+    def rule(k: int, left: float) -> str | None:
+        key = (k, round(left, 12))
+        if key not in names:
+            options = []
+            for i in ids:
+                if prices[i] > left:
+                    continue
+                rest = None if k == 1 else rule(k - 1, left - prices[i])
+                if k == 1:
+                    options.append(f'"{i}"')
+                elif rest is not None:
+                    options.append(f'"{i}, " {rest}')
+            name = f"b{k}n{sum(1 for (n, _) in names if n == k)}" if options else None
+            names[key] = name
+            if name:
+                rules.append(f"{name} ::= " + " | ".join(options))
+        return names[key]
+
+    counts = {n: r for n in range(1, max_steps + 1) if (r := rule(n, left0)) is not None}
+    if not counts and not allow_empty:
+        cheapest = min(prices[i] for i in ids)
+        rules.append("b1n0 ::= " + " | ".join(f'"{i}"' for i in ids if prices[i] == cheapest))
+        counts = {1: "b1n0"}
+    return counts, rules

@@ -133,3 +133,45 @@ def test_the_priced_workers_are_right_on_their_share_of_each_family(priced):
     for (name, family), share in got.items():
         want = ACCURACY.get((name, family), 0.0)
         assert share == pytest.approx(want, abs=0.08), (name, family)
+
+
+def test_held_rollouts_and_their_explored_plans_fit_each_rows_budget(priced, tokenizer):
+    """`run.hold_budget`: each row's grammar admits only the plans its own budget pays for at
+    its own prices, and the plans exploration draws for it fit too."""
+    pytest.importorskip("xgrammar")
+    from podium.budget import plan_price
+    from podium.train.constrained import ConstrainedRollout, Grammars, GrammarSpec
+    from podium.train.explore import draw_skeletons
+    from tests.workflow.test_grammar import accepts
+
+    settings = priced.run.model_copy(update={"prompt": "compact-defined", "hold_budget": True})
+    data = build_data(DataSection(tasks=[{"name": "gym", "options": {
+        "families": ["arithmetic", "reverse"]}, "n": 16}]), SubpoolSection(), priced, settings,
+        budget=SPEC)
+    rows = [{**r, "prompt": f"P{i}"} for i, r in enumerate(data.rows)]
+    grammars = Grammars(tokenizer, len(tokenizer), priced, settings)
+    rollout = ConstrainedRollout(grammars, tokenizer, rows, "plan", explore=0.5, group=4)
+    prompts = [r["prompt"] for r in rows for _ in range(4)]
+    skeletons = rollout.skeletons(prompts)
+    assert sum(s is not None for s in skeletons) == len(rows) * 2
+    one = '{}]\nsubtasks = ["Add them up"]\naccess_list = [[]]'
+    seen = set()
+    for prompt, skeleton in zip(prompts, skeletons, strict=True):
+        budget = budget_of(rollout.rows[prompt]["budget"])
+        limit, cheapest = budget.amount * (1 + 1e-9), min(budget.prices)
+        broke = cheapest > limit  # no worker fits alone: one step of the cheapest
+        seen.add(broke)
+        if skeleton is not None:
+            assert (skeleton[0] in {(i,) for i, p in enumerate(budget.prices) if p == cheapest}
+                    if broke else plan_price(skeleton[0], budget.prices) <= limit)
+        text = grammars.text(GrammarSpec((), budget=grammars.held(rollout.rows[prompt])))
+        for i, price in enumerate(budget.prices):
+            assert accepts(text, one.format(i)) == (price == cheapest if broke else price <= limit)
+            seen.add(("refused", price > limit))
+    assert {True, False, ("refused", True), ("refused", False)} <= seen
+    unheld = Grammars(tokenizer, len(tokenizer), priced, settings.model_copy(
+        update={"hold_budget": False}))
+    assert unheld.held(rows[0]) is None
+    # too few plans fit to draw them: the rest are one step of a worker that fits alone
+    alone = draw_skeletons(random.Random(0), [0, 1, 2], 2, 6, fits=lambda ids: ids == (1,))
+    assert alone == [((1,), ("[]",))] * 6
