@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+from dataclasses import replace
 from typing import Any
 
 from podium.conductor import revise_messages
@@ -91,12 +92,19 @@ class RecursionRollout:
         self.grammars = grammars  # podium.train.constrained.Grammars, or None
         self.calls = 0
 
-    def _generate(self, trainer: Any, ids: list[list[int]], workers: list[list[int]],
-                  revise: bool) -> tuple[list, Any]:
+    def _generate(self, trainer: Any, ids: list[list[int]], rows: list[dict[str, Any]],
+                  revise: bool, spent: list[float] | None = None) -> tuple[list, Any]:
+        """Completions under each row's grammar: held, with `run.hold_budget`, to the row's
+        budget less what its round-0 plan cost (`spent`, a recursion round's)."""
         if self.grammars is None:
             return generate(trainer, ids, None)
-        return self.grammars.generate(trainer, ids,
-                                      [GrammarSpec(tuple(w), revise) for w in workers])
+        specs = []
+        for k, row in enumerate(rows):
+            budget = self.grammars.held(row)
+            if budget is not None and spent is not None:
+                budget = replace(budget, amount=max(budget.amount - spent[k], 0.0))
+            specs.append(GrammarSpec(tuple(row["workers"]), revise, budget=budget))
+        return self.grammars.generate(trainer, ids, specs)
 
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -106,7 +114,7 @@ class RecursionRollout:
         first, second = layout(pieces, self.spec.fraction)
         prompt_ids = [self._ids(p) for p in prompts]
         comp0, lp0 = self._generate(trainer, [prompt_ids[i] for i in first],
-                                    [self.rows[prompts[i]]["workers"] for i in first], False)
+                                    [self.rows[prompts[i]] for i in first], False)
         completion = dict(zip(first, comp0, strict=True))
         logprob = dict(zip(first, lp0, strict=True)) if lp0 is not None else None
         self.calls += 1
@@ -129,8 +137,10 @@ class RecursionRollout:
             prompt_ids[j] = self._ids(self.tokenizer.apply_chat_template(
                 msgs, tokenize=False, continue_final_message=True, add_generation_prompt=False))
         order = sorted(second)
+        spent = [prior[second[j]].outcome.budget.plan_price
+                 if prior[second[j]].outcome.budget is not None else 0.0 for j in order]
         comp1, lp1 = self._generate(trainer, [prompt_ids[j] for j in order],
-                                    [self.rows[prompts[j]]["workers"] for j in order], True)
+                                    [self.rows[prompts[j]] for j in order], True, spent)
         completion.update(zip(order, comp1, strict=True))
         if logprob is not None and lp1 is not None:
             logprob.update(zip(order, lp1, strict=True))

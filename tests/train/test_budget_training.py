@@ -175,3 +175,28 @@ def test_held_rollouts_and_their_explored_plans_fit_each_rows_budget(priced, tok
     # too few plans fit to draw them: the rest are one step of a worker that fits alone
     alone = draw_skeletons(random.Random(0), [0, 1, 2], 2, 6, fits=lambda ids: ids == (1,))
     assert alone == [((1,), ("[]",))] * 6
+
+
+def test_a_held_recursion_round_is_held_to_what_its_first_plan_left(priced, tokenizer):
+    """The recursion fine-tune under `run.hold_budget`: round 0 is held to the row's budget,
+    the revision to that budget less the round-0 plan's list price."""
+    pytest.importorskip("xgrammar")
+    from podium.budget import RequestBudget
+    from podium.train.config import RecursionSection
+    from podium.train.constrained import Grammars
+    from podium.train.data import budget_json
+    from podium.train.recursion import RecursionRollout
+
+    settings = priced.run.model_copy(update={"prompt": "compact-defined", "hold_budget": True})
+    grammars = Grammars(tokenizer, len(tokenizer), priced, settings)
+    asked = []
+    grammars.generate = lambda trainer, ids, specs: (asked.extend(specs), ([], None))[1]
+    prices = (0.004, 0.001, 0.002, 0.001)
+    row = {"prompt": "P", "workers": [], "budget": budget_json(RequestBudget(0.004, prices))}
+    rollout = RecursionRollout(None, RecursionSection(fraction=0.5), settings, tokenizer, [row],
+                               grammars)
+    rollout._generate(None, [], [row], False)
+    rollout._generate(None, [], [row], True, [0.003])
+    assert [s.budget.amount for s in asked] == pytest.approx([0.004, 0.001])
+    assert [s.revise for s in asked] == [False, True]
+    assert asked[1].budget.prices == prices
