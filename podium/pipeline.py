@@ -147,12 +147,6 @@ class Pipeline:
                 "takes no grammar. Set grammar_style for it (llama_cpp or vllm) or set "
                 "constrained = false in [conductor]."
             )
-        if self.settings.hold_budget and pool.conductor.constrained is False:
-            raise ConfigError(
-                "run.hold_budget holds the Conductor's plan to its budget through the workflow "
-                "grammar, and [conductor] sets constrained = false: set constrained = true "
-                "(or leave it unset) or run.hold_budget = false."
-            )
         self.conductor = Conductor(conductor_client, settings_view(pool.workers, self.settings),
                                    self.settings,
                                    constrained=constrained, price=pool.conductor.price)

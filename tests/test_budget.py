@@ -195,13 +195,6 @@ def test_a_held_conductor_writes_only_plans_within_its_budget(budget, fits):
     assert set(asyncio.run(plans())) <= fits
 
 
-def test_a_hold_without_the_grammar_is_refused_with_the_fix():
-    pool = held_pool(1)
-    pool["conductor"]["constrained"] = False
-    with pytest.raises(ConfigError, match="hold_budget = false"):
-        Pipeline(pool_from_dict(pool))
-
-
 def test_the_hold_needs_a_budget_and_leaves_the_cheapest_when_nothing_fits():
     from podium.workflow.grammar import workflow_grammar
     from tests.workflow.test_grammar import accepts
