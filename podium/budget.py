@@ -34,7 +34,7 @@ says.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,7 +91,13 @@ def calls_within(amount: float | None, price: float, cap: int) -> int:
     free worker: `cap`)."""
     if amount is None or price <= 0:
         return cap
-    return min(cap, int(amount * (1 + _SLACK) // price))
+    return min(cap, int(budget_limit(amount) // price))
+
+
+def budget_limit(amount: float) -> float:
+    """The most a plan may cost within `amount`: the amount itself, with room for rounding
+    (0.1 + 0.2 fits a budget of 0.3)."""
+    return amount * (1 + _SLACK)
 
 
 def format_budget(amount: float) -> str:
@@ -110,7 +116,7 @@ class BudgetCheck:
 
     @property
     def over(self) -> bool:
-        return self.plan_price > self.amount * (1 + _SLACK)
+        return self.plan_price > budget_limit(self.amount)
 
     def to_json(self) -> dict[str, Any]:
         return {"amount": self.amount, "plan_price": round(self.plan_price, 10),
@@ -122,9 +128,19 @@ class BudgetCheck:
                 f"a budget of {format_budget(self.amount)}")
 
 
-def plan_price(workers: Iterable[int], prices: Sequence[float]) -> float:
+def plan_price(workers: Iterable[int], prices: Sequence[float] | Mapping[int, float]) -> float:
     """The list price of calling the pool `workers` (one entry per step) at `prices`."""
     return sum(prices[w] for w in workers)
+
+
+def plan_fits(workers: Sequence[int], prices: Mapping[int, float], amount: float) -> bool:
+    """Whether a plan is one a budget-held grammar admits (`run.hold_budget`,
+    `podium.workflow.grammar`): its list price fits `amount`, or, where no worker fits even
+    alone, it is one step of the cheapest."""
+    low = min(prices.values())
+    if low > budget_limit(amount):
+        return len(workers) == 1 and prices[workers[0]] == low
+    return plan_price(workers, prices) <= budget_limit(amount)
 
 
 def parse_budget(value: Any, where: str) -> float | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
+from podium.budget import plan_price
 from podium.config import Price, RunSettings
 from podium.errors import INTERNAL, WorkerError, WorkflowParseError
 from podium.llm.base import ChatClient, Message
@@ -225,7 +226,7 @@ class Conductor:
         view = previous.view or self.view
         if view.budget is not None and view.prices is not None and previous.workflow:
             prices = dict(zip(view.pool_indices(), view.prices, strict=True))  # the plan's ids
-            spent = sum(prices.get(s.worker, 0.0) for s in previous.workflow.steps)
+            spent = plan_price((s.worker for s in previous.workflow.steps), prices)
             view = replace(view, budget=max(view.budget - spent, 0.0))  # what the plan left
         messages = revise_messages(previous, answer, self.settings)
         return await self._generate(previous.round + 1, messages, view, allow_empty=True,

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from podium.budget import RequestBudget, plan_price
+from podium.budget import RequestBudget, plan_fits
 from podium.conductor import fixed_completion, grammar_for
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
@@ -92,11 +92,7 @@ class Grammars:
             if budget is not None else None
         if prices is None:
             return None
-        limit = budget.amount * (1 + 1e-9)
-        if min(prices.values()) > limit:
-            cheapest = {i for i, p in prices.items() if p == min(prices.values())}
-            return lambda ids: len(ids) == 1 and ids[0] in cheapest
-        return lambda ids: plan_price(ids, prices) <= limit
+        return lambda ids: plan_fits(ids, prices, budget.amount)
 
     def _compile(self, spec: GrammarSpec) -> Any:
         return self._compiler.compile_grammar(self.text(spec))

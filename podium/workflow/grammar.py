@@ -38,6 +38,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from podium.budget import budget_limit
+
 OPENING = "model_id = ["  # a prefill that ends with this has opened the lists
 
 
@@ -137,22 +139,21 @@ def _literal_subtasks(subtasks: Sequence[str], steps: int) -> list[str]:
     return [f'"\\"{s}\\""' for s in subtasks]
 
 
-_SLACK = 1e-9  # relative, as podium.budget: a plan priced exactly at the budget fits
-
 
 def _held_ids(worker_ids: Sequence[int], max_steps: int, prices: Mapping[int, float] | None,
               budget: float, allow_empty: bool) -> tuple[dict[int, str], list[str]]:
     """For each step count some plan within `budget` has, the GBNF of its id lists (a rule
     name), and the rules: `bKnJ` admits K ids, comma-separated, whose prices sum to at most
     the J-th amount of money left. Nothing fits: one step of the cheapest worker, or (a
-    recursion round, `allow_empty`) no step count at all, leaving only `keep`."""
+    recursion round, `allow_empty`) no step count at all, leaving only `keep`
+    (`podium.budget.plan_fits` is the same rule, for a plan in hand)."""
     if prices is None:
         raise ValueError("a budget-held grammar needs the price of each worker id")
     ids = sorted(set(worker_ids))
     missing = [i for i in ids if i not in prices]
     if missing:
         raise ValueError(f"a budget-held grammar needs a price for ids {missing}")
-    left0 = budget * (1 + _SLACK)
+    left0 = budget_limit(budget)
     names: dict[tuple[int, float], str | None] = {}
     rules: list[str] = []
 
