@@ -248,3 +248,34 @@ def test_a_revision_round_is_held_to_what_the_first_plan_left():
     again = ' again\nmodel_id = [{}]\nsubtasks = ["Add them up"]\naccess_list = [[]]'
     assert accepts(grammars[0], again.format(1))  # $0.001 of the $0.003 is left
     assert not accepts(grammars[0], again.format(2))
+
+
+def test_a_trained_conductor_on_a_pool_of_any_conductor_keeps_its_cards_hold(tmp_path):
+    """`--conductor` runs a checkpoint as its card says: a Conductor trained held to budgets
+    (constrained, `run.hold_budget`) stays held on a pool file whose own Conductor is neither,
+    as `configs/pools/gym-priced.toml` is. SmolLM2 stands in for the trained model, sampled hot."""
+    from podium.checkpoint import card_of, write_card
+    from podium.config import RunSettings
+    from podium.llm.embedded import bundled_gguf
+
+    spec = priced_pool()
+    spec["conductor"].update(temperature=1.5, seed=3, max_tokens=200)
+    pool_file = tmp_path / "pool.toml"
+    pool_file.write_text(_toml(spec).replace(
+        '"\n\n[[workers]]', '"\ntemperature = 1.5\nseed = 3\nmax_tokens = 200\n\n[[workers]]', 1))
+    pool = pool_from_dict(spec)
+    gguf = tmp_path / "conductor.gguf"
+    gguf.symlink_to(bundled_gguf())
+    trained = RunSettings(max_steps=2, fewshots="none", prompt="compact-defined",
+                          show_budget=True, hold_budget=True, max_subtask_chars=24)
+    write_card(tmp_path, card_of(pool, trained, constrained=True))
+    (tmp_path / "podium-conductor.json").rename(tmp_path / "conductor.podium-conductor.json")
+    for budget, fits in (("0.001", {(1,)}), ("0.003", {(1,), (2,), (1, 1), (1, 2), (2, 1)})):
+        proc = podium("ask", "What is 2 + 3?", "--pool", str(pool_file), "--conductor",
+                      str(gguf), "--budget", budget, "--no-cache", "--json")
+        assert proc.returncode == 0, proc.stderr
+        data = json.loads(proc.stdout)
+        turn = data["conductor"][0]
+        assert turn["constrained"] is True and turn["parse_error"] is None
+        assert data["budget"]["over"] is False
+        assert tuple(s["worker_id"] for s in data["workflow"]) in fits
