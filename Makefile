@@ -55,7 +55,7 @@ gym: venv  # trains afresh: the previous run's folder is removed first
 		--repeats 1 --no-cache --out runs/eval/gym-cpu
 
 test: venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15  # the slowest tests, to keep the run near 6 minutes
 
 test-all: venv
 	$(PY) -m pytest -q -m "slow or not slow"
