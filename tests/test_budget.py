@@ -153,7 +153,8 @@ def test_podium_eval_with_a_budget_reports_plans_over_it(tmp_path):
 
 
 def _toml(pool: dict) -> str:
-    lines = [f'[conductor]\nbackend = "function"\nfunction = "{pool["conductor"]["function"]}"']
+    lines = ["[conductor]\n" + "\n".join(
+        f"{k} = {json.dumps(v)}" for k, v in pool["conductor"].items())]
     for w in pool["workers"]:
         lines.append(f'[[workers]]\nname = "{w["name"]}"\nbackend = "function"\n'
                      f'function = "{w["function"]}"\n'
@@ -254,22 +255,20 @@ def test_a_trained_conductor_on_a_pool_of_any_conductor_keeps_its_cards_hold(tmp
     """`--conductor` runs a checkpoint as its card says: a Conductor trained held to budgets
     (constrained, `run.hold_budget`) stays held on a pool file whose own Conductor is neither,
     as `configs/pools/gym-priced.toml` is. SmolLM2 stands in for the trained model, sampled hot."""
-    from podium.checkpoint import card_of, write_card
+    from podium.checkpoint import card_of, card_path
     from podium.config import RunSettings
     from podium.llm.embedded import bundled_gguf
 
     spec = priced_pool()
     spec["conductor"].update(temperature=1.5, seed=3, max_tokens=200)
     pool_file = tmp_path / "pool.toml"
-    pool_file.write_text(_toml(spec).replace(
-        '"\n\n[[workers]]', '"\ntemperature = 1.5\nseed = 3\nmax_tokens = 200\n\n[[workers]]', 1))
-    pool = pool_from_dict(spec)
+    pool_file.write_text(_toml(spec))
     gguf = tmp_path / "conductor.gguf"
     gguf.symlink_to(bundled_gguf())
     trained = RunSettings(max_steps=2, fewshots="none", prompt="compact-defined",
                           show_budget=True, hold_budget=True, max_subtask_chars=24)
-    write_card(tmp_path, card_of(pool, trained, constrained=True))
-    (tmp_path / "podium-conductor.json").rename(tmp_path / "conductor.podium-conductor.json")
+    card = card_of(pool_from_dict(spec), trained, constrained=True)
+    card_path(gguf).write_text(json.dumps(card))
     for budget, fits in (("0.001", {(1,)}), ("0.003", {(1,), (2,), (1, 1), (1, 2), (2, 1)})):
         proc = podium("ask", "What is 2 + 3?", "--pool", str(pool_file), "--conductor",
                       str(gguf), "--budget", budget, "--no-cache", "--json")
