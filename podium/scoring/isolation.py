@@ -1,5 +1,6 @@
-"""What isolation this host gives a sandboxed run, probed once: namespaces (`unshare`), a
-per-run uid, the seccomp filter, and the interpreter's directories a dropped uid can reach.
+"""What isolation this host gives a sandboxed run, probed once: namespaces (`unshare`, the IPC
+namespace checked apart), a per-run uid, the seccomp filter, and the interpreter's directories a
+dropped uid can reach.
 `podium.scoring.sandbox` runs each program with what `_host()` found; `isolation_level()` and
 `require_isolation(task)` say what is missing (docs/sandbox.md)."""
 
@@ -37,6 +38,7 @@ class _Host:
     problems: tuple[str, ...]  # why something is unavailable
     tmp_keep: tuple[str, ...] = ()  # interpreter dirs under /tmp, bound into the private /tmp
     seccomp: bool = False  # the code runs under the namespace filter (podium.scoring.seccomp)
+    ipcns: bool = False  # the namespaces include an IPC one (`unshare --ipc`)
 
 
 def _find_unshare() -> str | None:
@@ -120,29 +122,40 @@ def _probe_seccomp() -> str | None:
             or f"seccomp probe exited with {proc.returncode}")
 
 
+def _probe_namespaces(argv: list[str], problems: list[str],
+                      failed: str) -> tuple[tuple[str, ...] | None, bool]:
+    """The unshare argv prefix that works here (None: none does) and whether it makes an IPC
+    namespace: `argv --ipc` where that works, else `argv` with the missing IPC namespace a
+    problem."""
+    err = _probe_unshare(argv)
+    if err is not None:
+        problems.append(f"{failed}: {err}")
+        return None, False
+    err = _probe_unshare([*argv, "--ipc"])
+    if err is None:
+        return (*argv, "--ipc"), True
+    problems.append(f"no IPC namespace (unshare --ipc failed: {err}): the code's System V "
+                    "shared memory, message queues and semaphores would stay on the host")
+    return tuple(argv), False
+
+
 def _probe_host() -> _Host:
     problems: list[str] = []
     root = os.geteuid() == 0
     unshare_bin = _find_unshare()
     ns_flags = ["--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
     unshare: tuple[str, ...] | None = None
-    userns = False
+    userns = ipcns = False
     if unshare_bin is None:
         problems.append("unshare not found")
     elif root:
         # as root never use --map-root-user: mapped root is the real root for files
-        err = _probe_unshare([unshare_bin, *ns_flags])
-        if err is None:
-            unshare = (unshare_bin, *ns_flags)
-        else:
-            problems.append(f"unshare as root failed: {err}")
+        unshare, ipcns = _probe_namespaces([unshare_bin, *ns_flags], problems,
+                                           "unshare as root failed")
     else:
-        argv = [unshare_bin, "--user", "--map-root-user", *ns_flags]
-        err = _probe_unshare(argv)
-        if err is None:
-            unshare, userns = tuple(argv), True
-        else:
-            problems.append(f"unprivileged unshare failed: {err}")
+        unshare, ipcns = _probe_namespaces([unshare_bin, "--user", "--map-root-user", *ns_flags],
+                                           problems, "unprivileged unshare failed")
+        userns = unshare is not None
     hide: tuple[tuple[str, tuple[str, ...]], ...] = ()
     drop_user = False
     paths = _interpreter_paths(problems)
@@ -161,7 +174,7 @@ def _probe_host() -> _Host:
     if seccomp_error is not None:
         problems.append(f"{seccomp_error}: the code could make its own namespaces")
     return _Host(root, unshare, userns, drop_user, hide if unshare else (), tuple(problems),
-                 tuple(tmp_keep), seccomp=seccomp_error is None)
+                 tuple(tmp_keep), seccomp=seccomp_error is None, ipcns=ipcns)
 
 
 _HOST: _Host | None = None
@@ -178,7 +191,8 @@ def isolation_available() -> dict[str, bool]:
     """What a run on this machine gets (probed once per process)."""
     host = _host()
     ns = host.unshare is not None
-    return {"root": host.root, "netns": ns, "pidns": ns, "mountns": ns, "private_tmp": ns,
+    return {"root": host.root, "netns": ns, "pidns": ns, "mountns": ns, "ipcns": host.ipcns,
+            "private_tmp": ns,
             "userns": host.userns, "drop_user": host.drop_user, "nproc": host.drop_user,
             "seccomp": host.seccomp, "rlimits": True, "env": True, "tmpdir": True}
 
@@ -218,7 +232,8 @@ def require_isolation(task, *, allow_unisolated: bool = False) -> str | list[str
         f"{name} runs model-written code, and this machine cannot isolate it fully: "
         + "; ".join(level) + ". Fix that (install util-linux for `unshare`; as a non-root user, "
         "allow unprivileged user namespaces, e.g. sysctl kernel.unprivileged_userns_clone=1 or "
-        "kernel.apparmor_restrict_unprivileged_userns=0; a kernel with seccomp filters), or pass "
+        "kernel.apparmor_restrict_unprivileged_userns=0; a kernel with seccomp filters and IPC "
+        "namespaces), or pass "
         "--allow-unisolated to run it with what is there (meta.json records what was missing).")
 
 

@@ -4,11 +4,11 @@
     result.status, result.stdout, result.isolation   # "ok", "cba\\n", ("netns", "pidns", ...)
 
 No call ever raises: a sandbox that cannot be set up is `SandboxResult(status="sandbox_error")`.
-Each run gets network, pid and mount namespaces, a private size-capped /tmp, a fresh
-unprivileged uid (as root), `no_new_privs` and a seccomp filter against new namespaces,
-rlimits, and an environment built from nothing; `SandboxResult.isolation` names what was
-applied, and `require_isolation(task)` refuses a code task short of all of it unless
-`--allow-unisolated`. docs/sandbox.md explains each layer, the launcher and how a run is
+Each run gets network, pid, mount and IPC namespaces, a private size-capped /tmp (also bound
+over /dev/shm), a fresh unprivileged uid (as root), `no_new_privs` and a seccomp filter against
+new namespaces, rlimits, and an environment built from nothing; `SandboxResult.isolation`
+names what was applied, and `require_isolation(task)` refuses a code task short of all of it
+unless `--allow-unisolated`. docs/sandbox.md explains each layer, the launcher and how a run is
 classified.
 """
 
@@ -200,6 +200,8 @@ def _isolation(host: _Host, limits: Limits, applied: list[str]) -> tuple[str, ..
         if not limits.network:
             tags.append("netns")
         tags += ["pidns", "mountns"]
+    if host.ipcns:
+        tags.append("ipcns")
     if host.userns:
         tags.append("userns")
     tags += [t for t in applied if t not in tags]

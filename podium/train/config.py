@@ -19,7 +19,8 @@
     questions_per_step = 4
     generations = 64
 
-Unknown keys are rejected with the key named; `podium train --set grpo.learning_rate=1e-5`
+Unknown keys are rejected with the key named, and every number is held to a range (sizes and
+counts to an upper bound a run can be built with, floats finite); `podium train --set grpo.learning_rate=1e-5`
 overrides any field (the value is read as TOML, else as text). Defaults are the paper's recipe
 (PAPER.md §8.2) where it gives one: lr 1e-6 with cosine decay and 3% warm-up, no KL, clip 0.2,
 Adam eps 1e-8, token-level `bnpo` loss (D7, D8), temperature 1.0, completions of up to 1,024
@@ -38,6 +39,15 @@ from podium.config import RunSettings
 from podium.errors import ConfigError
 from podium.files import file_in_the_way
 from podium.train.explore import explored_count
+
+# Upper bounds on what a step, a run and a rollout may be: each far past any recipe (the paper's
+# step is 4 questions x 64 rollouts of 1,024 tokens, 200 steps), each refused by name beyond.
+MAX_STEPS = 1_000_000
+MAX_GROUP = 1024  # questions a step, rollouts a question
+MAX_COMPLETIONS = 65_536  # rollouts a step (questions_per_step x generations)
+MAX_COMPLETION_TOKENS = 131_072
+MAX_SEED = 2**32 - 1  # numpy's, which the trainer seeds
+MAX_COLLECTIVE_TIMEOUT_S = 7 * 24 * 3600
 
 
 class _Section(BaseModel):
@@ -165,26 +175,30 @@ class RecursionSection(_Section):
 
 
 class GRPOSection(_Section):
-    max_steps: int = Field(200, ge=1, description="Optimizer steps (the paper: 200).")
-    questions_per_step: int = Field(4, ge=1, description="Questions per step (the paper: 4).")
-    generations: int = Field(64, ge=2, description="Rollouts per question (the paper: 64).")
-    per_device_batch: int | None = Field(None, ge=1, description="Completions per forward/"
-                                         "backward pass; none = generations (gradient "
-                                         "accumulation fills the step).")
-    processes: int | None = Field(None, ge=1, description="Training processes the recipe is "
+    max_steps: int = Field(200, ge=1, le=MAX_STEPS, description="Optimizer steps (the paper: "
+                           "200).")
+    questions_per_step: int = Field(4, ge=1, le=MAX_GROUP, description="Questions per step (the "
+                                    "paper: 4); questions_per_step x generations is at most "
+                                    "65,536.")
+    generations: int = Field(64, ge=2, le=MAX_GROUP, description="Rollouts per question (the "
+                             "paper: 64).")
+    per_device_batch: int | None = Field(None, ge=1, le=MAX_COMPLETIONS, description="Completions "
+                                         "per forward/backward pass; none = generations "
+                                         "(gradient accumulation fills the step).")
+    processes: int | None = Field(None, ge=1, le=MAX_COMPLETIONS, description="Training processes the recipe is "
                                   "laid out for (all nodes together); a launch that starts "
                                   "another number is refused, and --dry-run lays it out. "
                                   "none = whatever the launch starts.")
-    learning_rate: float = Field(1e-6, gt=0, description="Peak learning rate (the paper: 1e-6).")
+    learning_rate: float = Field(1e-6, gt=0, le=1, description="Peak learning rate (the paper: 1e-6).")
     lr_scheduler: str = Field("cosine", description="transformers scheduler name.")
     warmup_ratio: float = Field(0.03, ge=0, le=1, description="Share of the steps spent "
                                 "warming up the learning rate (the paper: 0.03).")
-    warmup_steps: int | None = Field(None, ge=0, description="Warm-up steps; set, it replaces "
+    warmup_steps: int | None = Field(None, ge=0, le=MAX_STEPS, description="Warm-up steps; set, it replaces "
                                      "warmup_ratio (for runs stopped by the clock, not by "
                                      "max_steps).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay (the paper: 0).")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
-    adam_epsilon: float = Field(1e-8, gt=0, description="Adam's eps (D7: the paper's 0.2 is "
+    adam_epsilon: float = Field(1e-8, gt=0, le=1, description="Adam's eps (D7: the paper's 0.2 is "
                                 "the clip).")
     beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model.")
     epsilon: float = Field(0.2, gt=0, description="GRPO clip range (D7).")
@@ -196,7 +210,7 @@ class GRPOSection(_Section):
         "batch's, or not at all.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollouts.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling of the rollouts.")
-    max_completion_tokens: int = Field(1024, ge=1, description="Longest completion sampled "
+    max_completion_tokens: int = Field(1024, ge=1, le=MAX_COMPLETION_TOKENS, description="Longest completion sampled "
                                        "(the paper: 1,024).")
     mask_truncated_completions: bool = Field(False, description="Leave completions cut at "
                                              "the length limit out of the loss.")
@@ -231,14 +245,14 @@ class GRPOSection(_Section):
         "drawn plans teach only by succeeding (pushing down a plan the policy would rarely "
         "write moves its probability onto the plan it already favours).")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus (0: none).")
-    seed: int = Field(42, description="Seed of sampling and of the trainer.")
+    seed: int = Field(42, ge=0, le=MAX_SEED, description="Seed of sampling and of the trainer.")
     save_steps: int = Field(20, ge=1, description="Checkpoint every N steps.")
     save_total_limit: int | None = Field(2, ge=1, description="Keep only the newest N "
                                          "checkpoint-N folders, each resumable (optimizer "
                                          "state: a 135M policy's is 1.6 GB, a ZeRO-3 7B's "
                                          "~100 GB); none: keep all. final/ and best/ hold "
                                          "the model alone.")
-    collective_timeout_s: int = Field(7200, ge=60, description="How long a process waits at "
+    collective_timeout_s: int = Field(7200, ge=60, le=MAX_COLLECTIVE_TIMEOUT_S, description="How long a process waits at "
                                       "a collective for the others (torch.distributed's "
                                       "timeout): the slowest process's workflows of a step "
                                       "must finish within it.")
@@ -312,6 +326,11 @@ class TrainConfig(_Section):
         if any(s.name == h.task and s.split == h.split for s in self.data.tasks):
             raise ValueError(f"heldout: the {h.task} questions of split {h.split!r} are trained "
                              "on; hold out another split (e.g. heldout.split = 'test')")
+        if self.grpo.questions_per_step * self.grpo.generations > MAX_COMPLETIONS:
+            raise ValueError(f"grpo.questions_per_step x grpo.generations = "
+                             f"{self.grpo.questions_per_step * self.grpo.generations:,} rollouts "
+                             f"a step, more than the {MAX_COMPLETIONS:,} a step may have: lower "
+                             "grpo.questions_per_step or grpo.generations")
         if self.subpool.k_max is not None and self.subpool.k_max < self.subpool.k_min:
             raise ValueError("subpool.k_max must be at least subpool.k_min")
         if self.recursion.fraction and int(self.grpo.generations * self.recursion.fraction) < 1:

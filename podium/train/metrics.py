@@ -7,11 +7,15 @@ share. The trainer gathers every process's `StepLog` on its main thread (an all-
 every process computes the same numbers) and `publish` turns the union into the step's
 metrics (shares of all the step's rollouts, not a mean of per-process shares) and the
 transcripts the main process writes. With one process the gather is the identity.
+
+`drop_records_after` cuts a run folder's per-step records (`RUN_RECORDS`) back to the step of
+the checkpoint `--resume` continues from, so that no step is counted twice.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -168,3 +172,37 @@ def publish(log: StepLog, *, gather: Callable[[list[StepLog]], list[StepLog]] = 
             for t in pick_transcripts(step.transcripts, per_step):
                 fh.write(json.dumps(t, ensure_ascii=False) + "\n")
     return metrics
+
+
+RUN_RECORDS = ("metrics.jsonl", "transcripts.jsonl")  # a run folder's per-step records
+
+
+def _logged_at_or_before(line: str, step: int) -> bool:
+    """Whether a record line stays when a run resumes from `step`: a record of a later step
+    goes (the resumed run logs that step again), and so does a line that does not read (cut
+    off by the kill); a record with no step number stays."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    logged = record.get("step") if isinstance(record, dict) else None
+    return not isinstance(logged, int) or logged <= step
+
+
+def drop_records_after(folder: Path, step: int) -> None:
+    """Cut the per-step records in run folder `folder` (`RUN_RECORDS`) back to `step`, the
+    checkpoint a resumed run continues from: what an interrupted attempt logged after it would
+    otherwise be in the files twice. Each file is replaced whole (written beside it, then
+    renamed), so an interruption here loses nothing, and a symlink is replaced, not followed."""
+    for name in RUN_RECORDS:
+        path = folder / name
+        if not path.is_file():
+            continue
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+        kept = [line for line in lines if _logged_at_or_before(line, step)]
+        if len(kept) == len(lines):
+            continue
+        partial = path.with_name(f".{name}.resume")
+        partial.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        os.replace(partial, path)

@@ -5,7 +5,8 @@ policy, the reward (the pipeline's own run of each rollout), TRL's `GRPOConfig` 
 config's `[grpo]` section, and the `GRPOTrainer` (`podium.train.zero_advantage`'s, which skips the
 completions with no advantage in the loss). `train` runs it; `--resume` continues from the
 last checkpoint in the output folder with the same data order (the rows are a seeded shuffle
-and TRL's sampler is not reshuffled).
+and TRL's sampler is not reshuffled), its records of the steps after that checkpoint dropped
+(`resume_point`: they are trained and logged again).
 
 One step, as TRL's GRPOTrainer runs it, and where podium plugs in (`grpo.py` lists the TRL
 internals each hook relies on):
@@ -55,6 +56,7 @@ from podium.train.curve import draw_curve
 from podium.train.data import TrainingData, build_data, with_prompts
 from podium.train.explore import explored_count
 from podium.train.layout import CPU_LAUNCH, Launch, Layout, check, layout_of
+from podium.train.metrics import drop_records_after
 from podium.train.recursion import RecursionRollout
 from podium.train.reward import ConductorReward
 
@@ -358,14 +360,8 @@ def train(config: TrainConfig, *, resume: bool = False,
     try:
         if echo is not None and plan.trainer.accelerator.is_main_process:
             echo(plan.lines)
-        checkpoint = None
-        if resume:
-            from transformers.trainer_utils import get_last_checkpoint
-
-            checkpoint = get_last_checkpoint(str(out))
-            if checkpoint is None:
-                raise ConfigError(f"--resume: {out} holds no checkpoint-N folder yet; run "
-                                  "without --resume to start.")
+        checkpoint = (resume_point(out, main=plan.trainer.accelerator.is_main_process)
+                      if resume else None)
         plan.trainer.train(resume_from_checkpoint=checkpoint)
         final = out / "final"
         plan.trainer.save_model(str(final))
@@ -381,6 +377,21 @@ def train(config: TrainConfig, *, resume: bool = False,
         return final
     finally:
         plan.close()
+
+
+def resume_point(out: Path, *, main: bool = True) -> str:
+    """The checkpoint `--resume` continues from: the last in `out`. The main process (the one
+    that writes them) cuts the folder's per-step records back to its step first: the steps
+    after it are trained, and logged, again."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    checkpoint = get_last_checkpoint(str(out))
+    if checkpoint is None:
+        raise ConfigError(f"--resume: {out} holds no checkpoint-N folder yet; run "
+                          "without --resume to start.")
+    if main:
+        drop_records_after(out, int(Path(checkpoint).name.rsplit("-", 1)[1]))
+    return checkpoint
 
 
 def _budget_line(b: Any, settings: RunSettings, over: str) -> str:

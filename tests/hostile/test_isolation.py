@@ -197,6 +197,40 @@ def test_the_seccomp_probe_passes_here():
 
 
 # --------------------------------------------------------------------------------------------
+# IPC: each run has its own IPC namespace, and a machine without one is reported
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_probe_finds_an_ipc_namespace_here():
+    assert sandbox.isolation_available()["ipcns"]
+    assert "--ipc" in isolation._host().unshare
+    assert "ipcns" in run_python("pass").isolation
+
+
+def fail_ipc(real):
+    """unshare as on a kernel without IPC namespaces: any call with --ipc fails."""
+    return lambda argv: ("unshare: unshare failed: Invalid argument" if "--ipc" in argv
+                         else real(argv))
+
+
+def test_a_machine_without_an_ipc_namespace_is_an_isolation_problem(monkeypatch):
+    """Fault injection: `unshare --ipc` fails. Runs go on in the other namespaces, and the
+    missing IPC namespace is reported, and refused for a code task, not silent."""
+    from podium.errors import ConfigError
+    from podium.tasks import get_task
+
+    monkeypatch.setattr(isolation, "_probe_unshare", fail_ipc(isolation._probe_unshare))
+    monkeypatch.setattr(isolation, "_HOST", None)
+    assert any("no IPC namespace" in p for p in isolation_problems())
+    assert not sandbox.isolation_available()["ipcns"]
+    with pytest.raises(ConfigError, match="IPC namespace"):
+        require_isolation(get_task("humaneval"))
+    result = run_python("print(1)")
+    assert result.ok, result.stderr
+    assert "ipcns" not in result.isolation and "netns" in result.isolation
+
+
+# --------------------------------------------------------------------------------------------
 # podium eval: full isolation, or --allow-unisolated, and the level in meta.json
 # --------------------------------------------------------------------------------------------
 
@@ -245,20 +279,31 @@ from podium.cli.main import app
 app(prog_name="podium")
 """
 
+# The real CLI, on a machine whose kernel has no IPC namespaces (`unshare --ipc` fails).
+NO_IPC = """
+import podium.scoring.isolation as isolation
+real = isolation._probe_unshare
+isolation._probe_unshare = lambda argv: "unshare failed" if "--ipc" in argv else real(argv)
+from podium.cli.main import app
+app(prog_name="podium")
+"""
+
 
 class Eval:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         (tmp / "isolation_test_workers.py").write_text(WORKERS)
         (tmp / "no_unshare.py").write_text(NO_UNSHARE)
+        (tmp / "no_ipc.py").write_text(NO_IPC)
         self.pool = tmp / "pool.toml"
         self.pool.write_text(POOL)
         self.out = tmp / "run"
         self.calls = tmp / "calls.log"
 
-    def run(self, *extra: str, task: str = "humaneval",
-            no_unshare: bool = False) -> subprocess.CompletedProcess:
-        entry = [str(self.tmp / "no_unshare.py")] if no_unshare else ["-m", "podium.cli.main"]
+    def run(self, *extra: str, task: str = "humaneval", no_unshare: bool = False,
+            no_ipc: bool = False) -> subprocess.CompletedProcess:
+        entry = ([str(self.tmp / "no_unshare.py")] if no_unshare
+                 else [str(self.tmp / "no_ipc.py")] if no_ipc else ["-m", "podium.cli.main"])
         env = {**os.environ, "COLUMNS": "200", "CALLS": str(self.calls),
                "PYTHONPATH": os.pathsep.join([str(self.tmp), os.environ.get("PYTHONPATH", "")])}
         return subprocess.run([sys.executable, *entry, "eval", "--task", task, "--system",
@@ -291,6 +336,15 @@ def test_a_code_task_is_refused_without_full_isolation(ev):
     assert "unshare not found" in message and "--allow-unisolated" in message
     assert not ev.calls.exists()  # refused before any worker was paid
     assert not ev.out.exists()  # and before its --out folder was made
+
+
+def test_a_code_task_is_refused_without_an_ipc_namespace(ev):
+    proc = ev.run(no_ipc=True)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    message = flat(proc.stderr)
+    assert "humaneval runs model-written code" in message and "no IPC namespace" in message
+    assert "--allow-unisolated" in message
+    assert not ev.calls.exists() and not ev.out.exists()
 
 
 def test_allow_unisolated_runs_and_records_what_was_missing(ev):

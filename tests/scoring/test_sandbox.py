@@ -7,6 +7,7 @@ with the reason; `isolation_available()` says what is there.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import signal
@@ -307,6 +308,74 @@ def test_temporary_directory_is_removed(monkeypatch, tmp_path):
     result = run_python("open('left-behind.txt', 'w').write('x')\nprint('ok')")
     assert result.status == "ok"
     assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- IPC
+
+# System V objects (two 64 MB shared-memory segments, one keyed, a message queue, a semaphore
+# set) and a POSIX shared-memory file, none of them removed: in the run's own IPC namespace and
+# private /dev/shm they die with the run.
+IPC_LEFTOVERS = """
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+IPC_CREAT, IPC_PRIVATE = 0o1000, 0
+key = int(input())
+made = {{"shm": [libc.shmget(key, 64 << 20, IPC_CREAT | 0o600),
+                libc.shmget(IPC_PRIVATE, 64 << 20, IPC_CREAT | 0o600)],
+        "msg": [libc.msgget(key + 1, IPC_CREAT | 0o600)],
+        "sem": [libc.semget(key + 2, 1, IPC_CREAT | 0o600)]}}
+with open("/dev/shm/{name}", "wb") as fh:
+    fh.write(b"x" * 4096)
+made["seen"] = {{kind: open("/proc/sysvipc/" + kind).read().count("\\n") - 1
+                for kind in ("shm", "msg", "sem")}}
+print(json.dumps(made))
+"""
+
+
+def sysv_objects(kind: str) -> list[dict[str, int]]:
+    """The System V IPC objects of one kind (shm, msg, sem) that `ipcs` lists on this host:
+    key, id and owner of each, from /proc/sysvipc."""
+    header, *rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
+    names = header.split()
+    out = []
+    for row in rows:
+        fields = dict(zip(names, map(int, row.split()[: len(names)]), strict=False))
+        out.append({"key": fields["key"], "id": fields[names[1]], "uid": fields["uid"]})
+    return out
+
+
+def remove_sysv(kind: str, ids: list[int]) -> None:
+    import subprocess
+
+    flag = {"shm": "-m", "msg": "-q", "sem": "-s"}[kind]
+    for ident in ids:
+        subprocess.run(["ipcrm", flag, str(ident)], capture_output=True)
+
+
+@needs_netns
+def test_ipc_objects_and_dev_shm_files_do_not_outlive_the_run():
+    key = secrets.randbelow(1 << 30) + 1
+    name = f"podium-leftover-{key}"
+    before = {kind: sysv_objects(kind) for kind in ("shm", "msg", "sem")}
+    result = run_python(IPC_LEFTOVERS.format(name=name), stdin=f"{key}\n")
+    uid = sandbox_uid(result)
+    left = {}
+    try:
+        for kind in before:
+            old = {(o["key"], o["id"]) for o in before[kind]}
+            left[kind] = [o for o in sysv_objects(kind) if (o["key"], o["id"]) not in old
+                          and (o["key"] in (key, key + 1, key + 2) or o["uid"] == uid)]
+        assert result.ok, result.stderr
+        made = json.loads(result.stdout)
+        assert all(ident >= 0 for kind in ("shm", "msg", "sem") for ident in made[kind]), made
+        assert made["seen"] == {"shm": 2, "msg": 1, "sem": 1}  # the run saw only its own
+        assert left == {"shm": [], "msg": [], "sem": []}
+        assert not Path("/dev/shm", name).exists()
+        assert "ipcns" in result.isolation
+    finally:
+        for kind, objects in left.items():
+            remove_sysv(kind, [o["id"] for o in objects])
+        Path("/dev/shm", name).unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------- network

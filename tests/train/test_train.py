@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 pytest.importorskip("trl")
 
-from support import tiny_llama  # noqa: E402
+from support import podium, tiny_llama  # noqa: E402
 
 from podium.cli.main import app  # noqa: E402
 from podium.workflow.prompt import PROMPTS, ConductorPrompt  # noqa: E402
@@ -120,6 +120,42 @@ def test_dry_run_prints_the_plan_and_trains_nothing(tmp_path, monkeypatch):
                  "1 questions x 8 rollouts", "reward      paper"):
         assert part in output, output
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_a_dry_run_refuses_sizes_past_their_limits_at_once(tmp_path):
+    """A step of 1e9 x 1e9 rollouts, and every other size, count, seed or timeout past what a
+    run can be built with, is refused by the real CLI at once with the key and its limit
+    named: not built (a step that size grew a dry run past 1.7 GB and never ended)."""
+    config = (str(setup(tmp_path)), "--set", "run.prompt=v1")  # router-test is this process's
+    huge = podium("train", "--config", *config, "--dry-run",
+                  "--set", "grpo.generations=1e9", "--set", "grpo.questions_per_step=1e9",
+                  timeout=60)
+    assert huge.returncode == 2, huge.stdout + huge.stderr
+    message = flat(huge.stderr)
+    assert "'grpo.generations': Input should be less than or equal to 1024" in message
+    assert "'grpo.questions_per_step': Input should be less than or equal to 1024" in message
+    assert "Traceback" not in huge.stderr + huge.stdout
+    step = podium("train", "--config", *config, "--dry-run",
+                  "--set", "grpo.generations=512", "--set", "grpo.questions_per_step=512",
+                  timeout=60)
+    assert step.returncode == 2, step.stdout + step.stderr
+    assert "more than the 65,536 a step may have" in flat(step.stderr)
+    limits = {"grpo.max_steps": ("1e12", "1000000"), "grpo.warmup_steps": ("1e12", "1000000"),
+              "grpo.max_completion_tokens": ("1e9", "131072"),
+              "grpo.per_device_batch": ("1e9", "65536"), "grpo.processes": ("1e9", "65536"),
+              "grpo.learning_rate": ("1e300", "1"), "grpo.adam_epsilon": ("2.0", "1"),
+              "grpo.seed": ("-1", "0"), "grpo.collective_timeout_s": ("1e15", "604800")}
+    sets = [arg for key, (value, _) in limits.items() for arg in ("--set", f"{key}={value}")]
+    each = podium("train", "--config", *config, "--dry-run", *sets, timeout=60)
+    assert each.returncode == 2, each.stdout + each.stderr
+    message = flat(each.stderr)
+    for key, (_, limit) in limits.items():
+        assert re.search(rf"'{re.escape(key)}': Input should be [a-z ]+ {limit}\b", message), key
+    assert not (tmp_path / "out").exists()
 
 
 HELDOUT = """
@@ -290,11 +326,22 @@ def test_the_recursion_fine_tune_continues_half_of_each_group(tmp_path, monkeypa
 
 @pytest.mark.slow  # a further GRPO run; `make test-all`
 def test_training_resumes_from_the_last_checkpoint(trained, monkeypatch):
+    """Resumed from checkpoint-2 after an attempt killed once it had logged step 3: step 3 is
+    trained again, and only the resumed attempt's records of it are kept."""
     monkeypatch.chdir(trained)
+    out = trained / "out"
+    killed = {"step": 3, "reward": -1.0, "completion": "the killed attempt's"}
+    for name in ("metrics.jsonl", "transcripts.jsonl"):
+        with (out / name).open("a") as fh:
+            fh.write(json.dumps(killed) + "\n")
     podium_train("--config", str(trained / "train.toml"), "--resume",
                  "--set", "grpo.max_steps=3")
-    steps = [m["step"] for m in metrics(trained / "out") if "reward" in m]
-    assert steps == [1, 2, 3]  # steps 1-2 were not run again
+    steps = [m["step"] for m in metrics(out) if "reward" in m]
+    assert steps == [1, 2, 3]  # steps 1-2 were not run again, step 3 logged once
+    assert killed not in metrics(out)
+    transcripts = [json.loads(x) for x in (out / "transcripts.jsonl").read_text().splitlines()]
+    assert killed not in transcripts
+    assert 0 < sum(t["step"] == 3 for t in transcripts) <= 4  # transcripts_per_step
 
 
 @pytest.mark.slow  # a further GRPO run; `make test-all`
