@@ -3,9 +3,10 @@
 Everything that can be wrong with the setup (no key and no --no-auth, --no-auth on a public
 address, an unset key variable, a bad pool, an unwritable trace folder, the `serve` extra not
 installed) is a ConfigError before the port is bound: exit 2 with the flag to fix. uvicorn then
-owns the process: SIGTERM or Ctrl-C stops new connections, lets the requests in flight finish
-for up to --graceful-timeout seconds, answers those still running with a 503 (an error event
-on a stream) and writes their traces, then closes the pipeline (`podium.serve.shutdown`).
+owns the process, with a bound on each request's headers (`podium.serve.http_limits`):
+SIGTERM or Ctrl-C stops new connections, lets the requests in flight finish for up to
+--graceful-timeout seconds, answers those still running with a 503 (an error event on a
+stream) and writes their traces, then closes the pipeline (`podium.serve.shutdown`).
 
 With `--processes N` (N > 1) `podium.serve.processes` starts N server processes, each
 listening on the port with a socket of its own (SO_REUSEPORT: the kernel spreads connections
@@ -180,10 +181,12 @@ def run_serve(**options) -> int:
 
     import uvicorn
 
+    from podium.serve.http_limits import uvicorn_options
     from podium.serve.shutdown import Server
 
     team = _team(args)
-    options = dict(log_level="info", access_log=False)  # podium.serve.access: one line each
+    # podium.serve.access: one line each; http_limits: a bound on each request's headers
+    options = dict(log_level="info", access_log=False, **uvicorn_options())
     if args.processes == 1:
         app = _app(args, keys, team)
         config = uvicorn.Config(app, host=args.host, port=args.port, **options)

@@ -24,6 +24,7 @@ Modules, in the order a request meets them:
     traces.py     every request's trace, owner-only, newest N kept, served by id
     trace_writer.py  the process that writes the traces, and the pipe to it
     processes.py  `--processes N`: server processes on one port, one socket each
+    http_limits.py  the bound on a request's headers, for uvicorn's parsers
     errors.py     OpenAI-style error bodies
 
 This package needs the `serve` extra (fastapi, uvicorn); nothing outside it imports fastapi.

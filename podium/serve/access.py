@@ -5,11 +5,19 @@
 The line has the client's address, the method, the path (never the query string), the
 status, the time to the end of the response and, for a request that ran the team, its trace
 id and outcome, which the route leaves in the request's ASGI scope under `RUN_NOTE`. A
-response that never started (an exception on its way to the 500 handler) is logged as 500.
+response that never started is logged as 499 (nginx's "client closed request") when the
+client went away first (`CLIENT_GONE` in the scope), else as 500 (an exception on its way to
+the 500 handler).
 
 It replaces uvicorn's access log, which would write a second line for every run: at high
 request rates the log lines are a measurable part of the server's CPU (benchmarks/README.md).
 Headers are never logged, so neither is a key.
+
+**Nothing a client sends reaches the log raw.** A request's path is decoded (`%0d%0a` is a
+line break, `%1b` an escape): written as it came it would forge a log line or drive the
+operator's terminal. `Printable`, a filter on the `podium.serve` logger, so on every line the
+server logs, writes each argument's control and other non-printable characters as Python
+escapes (`\r`, `\n`, `\x1b`); podium's own format strings are left as they are.
 """
 
 from __future__ import annotations
@@ -20,7 +28,36 @@ from typing import Any
 
 log = logging.getLogger("podium.serve")
 
+def printable(text: str) -> str:
+    """`text` with each character that is not printable (`str.isprintable`: controls, line
+    and format characters, lone surrogates...) written as its Python escape."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace")
+                   .decode("ascii") for c in text)
+
+
+class Printable(logging.Filter):
+    """Writes every argument of a log record (and a message without arguments) printable: a
+    value a client sent cannot break a log line or reach a terminal as an escape sequence.
+    Numbers stay numbers (for `%d`); anything else is its `str`, escaped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and record.args:
+            record.args = tuple(a if isinstance(a, int | float) else printable(str(a))
+                                for a in record.args)
+        elif isinstance(record.args, dict) and record.args:
+            record.args = {k: v if isinstance(v, int | float) else printable(str(v))
+                           for k, v in record.args.items()}
+        elif isinstance(record.msg, str):
+            record.msg = printable(record.msg)
+        return True
+
+
+log.addFilter(Printable())
+
 RUN_NOTE = "podium.run"  # the scope key the routes put a run's outcome under
+CLIENT_GONE = "podium.client_gone"  # the scope key set when the client left before a response
 
 
 class AccessLog:
@@ -50,9 +87,10 @@ class AccessLog:
             client = scope.get("client")
             note = scope.get(RUN_NOTE)
             took = time.perf_counter() - t0
+            status = status or (499 if scope.get(CLIENT_GONE) else 500)
             log.info('%s "%s %s HTTP/%s" %d %.3fs%s',
                      f"{client[0]}:{client[1]}" if client else "-", scope["method"],
-                     scope["path"], scope.get("http_version", "1.1"), status or 500,
+                     scope["path"], scope.get("http_version", "1.1"), status,
                      took, f" {note}" if note else "")
             if self.metrics is not None:
-                self.metrics.answered(scope, status or 500, took)
+                self.metrics.answered(scope, status, took)

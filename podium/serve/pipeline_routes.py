@@ -28,6 +28,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from podium.serve.access import CLIENT_GONE
 from podium.serve.errors import ApiError
 from podium.serve.metrics import ERROR
 
@@ -69,9 +70,10 @@ class PipelineRoutes:
                 await self.app(scope, receive, sending)
             else:
                 await _answer(handler, scope, receive, sending)
-        except ClientDisconnect:  # gone while its body was read: no one to answer
+        except ClientDisconnect:  # gone before its answer: no one to answer
             if started:
                 raise
+            scope[CLIENT_GONE] = True
         except Exception as exc:
             if started:  # only closing the connection can say the response is cut short
                 raise

@@ -7,7 +7,9 @@
     Step 0 (worker 1 smol-creative) done: 0.8s, 41 tokens
 
 Chat Completions sends them as `reasoning_content` deltas, the Responses API as
-`response.reasoning_text.delta` events.
+`response.reasoning_text.delta` events. A failed call is named by its kind ("transport",
+"server"...) only: its error text may hold the endpoint's address, which is the operator's
+(the trace has it).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def line(kind: str, obj, names: list[str]) -> str | None:
         if obj.status == "ok":
             return f"{who} done: {obj.latency_s:.1f}s, {obj.completion_tokens} tokens"
         if obj.status == "error":
-            return f"{who} failed: {obj.error or obj.error_kind}"
+            return f"{who} failed: {obj.error_kind or 'other'}"
         return f"{who} skipped: {obj.error or ''}".rstrip(": ")
     return None
 
@@ -38,7 +40,7 @@ def line(kind: str, obj, names: list[str]) -> str | None:
 def _turn(turn, names: list[str]) -> str:
     where = f" (recursion round {turn.round})" if turn.round else ""
     if turn.error:
-        return f"The Conductor call failed{where}: {turn.error}"
+        return f"The Conductor call failed{where}: {turn.error_kind or 'other'}"
     if turn.kept:
         return f"The Conductor kept the answer{where}: no new steps."
     lines = []

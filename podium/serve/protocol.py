@@ -3,6 +3,9 @@
 A request is validated into a `ChatRequest` (unknown fields are accepted and ignored, as
 OpenAI-compatible servers do; fields that would change the meaning of the answer and that the
 team cannot honour, such as `n > 1` or `tools`, are refused with a 400 naming the field).
+What is accepted can be traced: a body with `NaN` or `Infinity` (not JSON) is refused, and so
+is a string anywhere in it, known field or not, that holds a lone surrogate (`"\\ud800"`: no
+character, which no trace, log or model takes), with a 400 naming its field (`not_unicode`).
 
 **The question.** The team answers one question. The last message must come from the user:
 its text is the question. When the conversation has earlier turns (a system message, earlier
@@ -44,7 +47,8 @@ naming the field), and each is honoured or refused, none ignored:
     temperature, top_p, seed   honoured by the step that writes the answer (each workflow's
                                last step), over its worker's own setting; the Conductor and
                                the other steps sample as the pool file says
-    stop                       a string or up to 4: added to the answer step's stop sequences
+    stop                       a string or up to 4, none empty or over 1000 characters: added
+                               to the answer step's stop sequences
     max_tokens,                cap the answer step's completion tokens (never above its
     max_completion_tokens      worker's own `max_tokens`); an answer cut there ends with
                                finish_reason "length"
@@ -81,6 +85,8 @@ from podium.serve.errors import ApiError, bad_request
 M = TypeVar("M", bound=BaseModel)
 
 MAX_RECURSION = 5
+MAX_STOP = 4  # stop sequences, as OpenAI takes them
+MAX_STOP_CHARS = 1000  # characters in one stop sequence
 OPTION_KEYS = ("workers", "recursion", "max_calls", "max_total_tokens", "max_cost",
                "budget", "return_trace_id")
 
@@ -168,9 +174,11 @@ class ChatRequest(SampledRequest):
             if getattr(self, key) not in (None, none):
                 raise unhonoured(key, f"{none!r}")
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        if len(stop) > 4:
+        if len(stop) > MAX_STOP or not all(0 < len(s) <= MAX_STOP_CHARS for s in stop):
+            got = (f"{len(stop)} strings" if len(stop) > MAX_STOP else "an empty string" if
+                   not all(stop) else f"a string of {max(map(len, stop))} characters")
             raise bad_request(f"Invalid value for 'stop': it must be {FIELD_RULES['stop']} (got "
-                              f"{len(stop)} strings).", param="stop")
+                              f"{got}).", param="stop")
         limit = self.max_completion_tokens or self.max_tokens
         return sampling(self.temperature, self.top_p, self.seed, tuple(stop), limit)
 
@@ -194,7 +202,9 @@ def sampling(temperature, top_p, seed, stop, max_tokens) -> Sampling | None:
 # what each top-level field must be, as a 400 says it (OpenAI's ranges)
 FIELD_RULES = {
     "temperature": "a number from 0 to 2", "top_p": "a number from 0 to 1",
-    "seed": "an integer", "stop": "a string or a list of up to 4 strings",
+    "seed": "an integer",
+    "stop": f"a string or a list of up to {MAX_STOP} strings, each of 1 to {MAX_STOP_CHARS} "
+            "characters",
     "presence_penalty": "a number from -2 to 2", "frequency_penalty": "a number from -2 to 2",
     "logit_bias": "an object of token ids to numbers", "logprobs": "true or false",
     "top_logprobs": "an integer from 0 to 20", "user": "a string",
@@ -234,20 +244,57 @@ def validated(raw: bytes, model: type[M]) -> tuple[M, dict]:
     """The body as `model`, and as the JSON object it was; an ApiError (400) naming the bad
     field otherwise."""
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json.loads(raw, parse_constant=_not_json)
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise bad_request(f"The request body is not valid JSON ({exc}). Send a JSON object "
                           "with Content-Type: application/json.", code="invalid_json") from None
     except RecursionError:
         raise too_deep() from None
     if not isinstance(data, dict):
         raise bad_request("The request body must be a JSON object.", code="invalid_json")
+    if not (raw.isascii() and b"\\u" not in raw) and (where := not_unicode(data)) is not None:
+        raise bad_request(f"Invalid value for '{where}': it holds a lone surrogate (a \\ud800-"
+                          "\\udfff escape without its pair), which is not a character. Send "
+                          "the text as valid Unicode.", param=where)
     try:
         return model.model_validate(data), data
     except ValidationError as exc:
         raise validation_error(exc) from None
     except RecursionError:
         raise too_deep() from None
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON value")
+
+
+def not_unicode(data: Any) -> str | None:
+    """The field (dotted, as `param` names it) of the first string in `data`, or key, that
+    holds a lone surrogate: JSON's `\\ud800` escapes decode to one, and no trace, log or
+    model can take it as text."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if not _encodable(value):
+                return where
+        elif isinstance(value, dict):
+            for key in value:
+                if not _encodable(key):
+                    return where or "(a key)"
+            stack.extend((f"{where}.{k}" if where else k, v)
+                         for k, v in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((f"{where}.{i}", v) for i, v in reversed(list(enumerate(value))))
+    return None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def too_deep() -> Exception:

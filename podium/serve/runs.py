@@ -65,6 +65,7 @@ class Run:
     was stopped when it was (the client went away, the server shut down)."""
 
     events: asyncio.Queue
+    tid: str = ""
     task: asyncio.Task = None  # type: ignore[assignment]
     stopped: str | None = None
     shut_down: bool = False
@@ -81,25 +82,42 @@ def shutting_down() -> ApiError:
                     code="server_shutting_down")
 
 
-def no_answer_error(result) -> ApiError:
+def no_answer_error(result, tid: str) -> ApiError:
     """502 when a model call failed (an upstream endpoint); 400 when the request's budget ran
     out first (a 5xx would be retried by the OpenAI SDKs, paying for the run again, and would
-    run out again); 500 otherwise. The message names the cause and what to do."""
+    run out again); 500 otherwise. The message names what failed (`public_cause`) and the
+    run's trace `tid`, never a failure's details (an endpoint's address, its error text):
+    those are for the operator, in the trace and the server log."""
     cause = result.outcome.cause
-    why = cause.sentence() if cause else "the workflow produced no answer"
+    why = public_cause(cause) if cause else "the workflow produced no answer"
+    where = f"The trace {tid} has the details."
     if cause is not None and cause.reason == "budget":
         return ApiError(400, f"The team produced no answer: {why}. The budget ran out before "
                         "an answer: raise the request's max_calls, max_total_tokens or "
-                        "max_cost (or leave them to the pool's).", code="budget_exhausted")
+                        "max_cost (or leave them to the pool's).", code="budget_exhausted",
+                        trace_id=tid)
     if cause is not None and cause.cls == "worker":
         return ApiError(502, f"The team produced no answer: {why}. A model endpoint of the "
-                        "pool failed; check it (podium pool check) and retry.",
-                        code="worker_failed")
+                        f"pool failed; retry, or ask the server's operator. {where}",
+                        code="worker_failed", trace_id=tid)
     if cause is not None and cause.cls == "infra":
         return ApiError(500, f"The team produced no answer: {why}. This is a podium failure; "
-                        "the server log and the trace have the details.", code="internal")
+                        f"the server log has the details. {where}", code="internal",
+                        trace_id=tid)
     return ApiError(500, f"The team produced no answer: {why}. Retry: the Conductor samples "
-                    "its workflow anew.", code="no_answer")
+                    f"its workflow anew. {where}", code="no_answer", trace_id=tid)
+
+
+def public_cause(cause) -> str:
+    """What a client is told of the failure that decided a run: where it happened (the step
+    and its worker's pool name, or the Conductor) and its kind, e.g. "step 0 (w1), round 0
+    failed: transport (a worker failure)". A budget's own sentence is podium's and says which
+    cap; any other detail may hold an endpoint's address or its error text, and is left out."""
+    if cause.reason == "budget":
+        return cause.sentence()
+    where = f"{cause.where} failed" if cause.where else "the run failed"
+    article = "an" if cause.cls[0] in "aeiou" else "a"
+    return f"{where}: {cause.reason} ({article} {cause.cls} failure)"
 
 
 def _asked(req) -> dict:
@@ -118,7 +136,7 @@ def start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces: 
     to the response. The run's outcome goes into the request's access log line (`scope`), and
     its trace is written whether it finishes or is stopped."""
     events: asyncio.Queue = asyncio.Queue()
-    run = Run(events)
+    run = Run(events, tid)
 
     def on_event(kind: str, obj) -> None:
         if kind == "text":
@@ -143,7 +161,8 @@ def start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces: 
                 scope[RUN_NOTE] = f"{tid}: stopped ({run.stopped})"
             raise
         data = {**about(), **result.to_json()}
-        wait = traces.shared and opts.return_trace_id  # readable from every process once written
+        # readable from every process once written, when its id is shown (an error shows it)
+        wait = traces.shared and (opts.return_trace_id or result.answer is None)
         written = traces.put(tid, data, wait=wait)  # written by the store's process, readable now
         if wait:
             await asyncio.wrap_future(written)
@@ -152,6 +171,9 @@ def start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces: 
         cause = result.outcome.cause
         outcome = ("answered" if result.answer is not None
                    else f"no answer ({cause.reason if cause else '?'})")
+        if result.answer is None and cause is not None:  # the client is told less
+            log.log(logging.INFO if cause.cls == "model" else logging.WARNING,
+                    "run %s: no answer: %s", tid, cause.sentence())
         scope[RUN_NOTE] = f"{tid}: {outcome}, {result.outcome.used.calls} calls"
         return result
 
@@ -225,7 +247,7 @@ def finished(run: Run):
     except Exception as exc:  # logged by the task's done callback
         return None, ApiError(500, f"podium failed unexpectedly ({type(exc).__name__}); the "
                               "server log has the traceback.", code="internal")
-    return result, (no_answer_error(result) if result.answer is None else None)
+    return result, (no_answer_error(result, run.tid) if result.answer is None else None)
 
 
 async def answered(run: Run, headers: dict, request: Request) -> RunResult:
@@ -241,12 +263,13 @@ async def answered(run: Run, headers: dict, request: Request) -> RunResult:
         gone.cancel()
     if not run.task.done():
         run.stop(CLIENT_GONE)
-        raise ClientDisconnect()
+        request.scope[RUN_NOTE] = f"{run.tid}: stopped ({CLIENT_GONE})"  # logged before the
+        raise ClientDisconnect()  # run's own handler, which sets the same note, has run
     if run.task.cancelled() and run.shut_down:
         raise shutting_down()
     result = run.task.result()
     if result.answer is None:
-        err = no_answer_error(result)
+        err = no_answer_error(result, run.tid)
         err.headers.update(headers)
         raise err
     return result

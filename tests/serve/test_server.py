@@ -502,7 +502,7 @@ def test_serve_refuses_unsafe_or_broken_setups(args, env, expected):
 def test_question_that_is_not_text_is_400(http):
     payload = b'{"model": "podium", "messages": [{"role": "user", "content": "\\ud800 hi"}]}'
     err = error_of(http.post("/v1/chat/completions", headers=auth(), content=payload), 400)
-    assert "UTF-8" in err["message"] and err["param"] == "messages"
+    assert "surrogate" in err["message"] and err["param"] == "messages.0.content"
 
 
 def test_key_file_and_loopback_rules(tmp_path, monkeypatch):
