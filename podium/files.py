@@ -4,16 +4,37 @@ A trace or a cached reply holds every prompt and every answer of a run — often
 private question, sometimes a company's data. They are created readable by their owner only
 (files 0600, folders podium creates 0700), whatever the umask. Folders that already exist are
 left as they are (they may be shared on purpose); files podium writes are narrowed to 0600.
+
+Podium never writes through a symbolic link: a link where a private file goes is refused
+(`LinkRefused`, an OSError), so its target is never changed or narrowed. `write_private`
+writes a regular file whole or not at all (a temporary file beside it, renamed over it), so a
+full disk leaves the file that was there as it was. The JSON podium writes is strict
+(`strict_json`): never the non-standard NaN or Infinity.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import json
+import math
 import os
 import stat
+import tempfile
 from pathlib import Path
+from typing import Any
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
+
+
+class LinkRefused(OSError):
+    """A private file's path is a symbolic link: podium does not write through it."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(errno.ELOOP, "it is a symbolic link, and podium never writes through "
+                         "one (its target would be overwritten); pass the file's own path",
+                         str(path))
 
 
 def file_in_the_way(path: str | Path) -> Path | None:
@@ -41,10 +62,11 @@ def private_dir(path: str | Path) -> Path:
 
 
 def private_file(path: str | Path) -> Path:
-    """Make sure `path` exists as an owner-only file (created 0600, or narrowed to 0600)."""
+    """Make sure `path` exists as an owner-only file (created 0600, or narrowed to 0600); a
+    symbolic link there is refused (LinkRefused)."""
     path = Path(path)
     private_dir(path.parent)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE)
+    fd = _open_no_link(path, os.O_WRONLY | os.O_CREAT)
     try:
         _narrow(fd)
     finally:
@@ -53,14 +75,74 @@ def private_file(path: str | Path) -> Path:
 
 
 def write_private(path: str | Path, text: str) -> Path:
-    """Write `text` (UTF-8) to `path`, owner-only."""
+    """Write `text` (UTF-8) to `path`, owner-only, whole or not at all.
+
+    A regular file is written under a temporary name beside `path` and renamed over it once
+    complete, so a full disk or a kill leaves what was there. An existing device or pipe
+    (/dev/null, a FIFO) is written in place. A symbolic link at `path` is refused
+    (LinkRefused): its target is never touched."""
     path = Path(path)
     private_dir(path.parent)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        _narrow(fh.fileno())
-        fh.write(text)
+    data = text.encode("utf-8")
+    kind = _kind(path)
+    if kind == "link":
+        raise LinkRefused(path)
+    if kind == "special":
+        fd = _open_no_link(path, os.O_WRONLY)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        return path
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:64]}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:  # mkstemp: O_EXCL, 0600
+            fh.write(data)
+        os.replace(tmp, path)  # replaces a link put there since, never its target
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
+
+
+def strict_json(value: Any, **dumps: Any) -> str:
+    """`value` as strict JSON (`json.dumps` keywords in `dumps`). A float that is not finite
+    (NaN, Infinity: nothing podium computes, but a broken worker can report one) is written
+    null, on purpose: the standard has no such numbers and most readers refuse them."""
+    try:
+        return json.dumps(value, allow_nan=False, **dumps)
+    except ValueError:
+        return json.dumps(_finite(value), allow_nan=False, **dumps)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _kind(path: Path) -> str:
+    """"absent", "link", "regular" (a file, or a folder: renaming over it fails) or "special"
+    (a device, a pipe, a socket)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return "absent"
+    if stat.S_ISLNK(mode):
+        return "link"
+    return "regular" if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else "special"
+
+
+def _open_no_link(path: Path, flags: int) -> int:
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, FILE_MODE)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and os.path.islink(path):
+            raise LinkRefused(path) from None
+        raise
 
 
 def _narrow(fd: int) -> None:

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
-import traceback
 from pathlib import Path
-
-from rich.console import Console
-from rich.markup import escape
 
 from podium.budget import parse_budget
 from podium.cli import output
 from podium.errors import ConfigError, PodiumError
-from podium.files import private_dir, write_private
+from podium.files import private_dir, strict_json, write_private
 
 
 def _settings(pool, recursion: int | None, no_cache: bool):
@@ -51,8 +46,8 @@ def run_ask(question: str, *, pool: str | None, recursion: int | None,
             workers: list[str] | None = None, no_cache: bool = False, trace: str | None,
             json_out: bool, verbose: bool, debug: bool, conductor: str | None = None,
             allow_pool_mismatch: bool = False, budget: float | None = None) -> int:
-    err = Console(stderr=True)
-    out = Console()
+    err = output.console(stderr=True)
+    out = output.console()
     show = None if json_out else output.LiveView(out, verbose=verbose)
     try:
         if not question.strip():
@@ -67,29 +62,29 @@ def run_ask(question: str, *, pool: str | None, recursion: int | None,
         if show:
             show.stop()
         if debug:
-            traceback.print_exc()
+            output.print_traceback()
         output.error(err, exc)
         return 2 if isinstance(exc, ConfigError) else 1
     except Exception as exc:  # an unexpected failure: one paragraph, traceback only on --debug
         if show:
             show.stop()
         if debug:
-            traceback.print_exc()
+            output.print_traceback()
         output.error(err, exc, unexpected=True)
         return 1
     data = result.to_json()
     trace_failed = None
     if trace:
         try:
-            write_private(trace, json.dumps(data, indent=2, ensure_ascii=False))
+            write_private(trace, strict_json(data, indent=2, ensure_ascii=False))
         except OSError as exc:  # a full disk, a path changed under the run: keep the answer
             trace_failed, trace = f"{exc.strerror or exc} ({trace})", None
     if json_out:
-        sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+        sys.stdout.write(output.json_line(data))
     else:
         show.summary(result, trace)
     if trace_failed:
-        err.print(f"[bold red]The trace could not be written:[/] {escape(trace_failed)}. The "
+        err.print(f"[bold red]The trace could not be written:[/] {output.safe(trace_failed)}. The "
                   "answer above stands; free space or pick another --trace path and ask again "
                   "(the response cache makes the rerun free).", soft_wrap=True)
     if result.answer is None:
@@ -103,6 +98,9 @@ def check_trace_path(trace: str) -> None:
     """Refuse a --trace path that cannot be written before any model call is paid."""
     path = Path(trace)
     fix = "Pass a file path in a folder you can write, e.g. --trace runs/trace.json."
+    if path.is_symlink():
+        raise ConfigError(f"--trace {trace} is a symbolic link: podium never writes through "
+                          f"one (it would overwrite the file it points to). {fix}")
     if path.is_dir():
         raise ConfigError(f"--trace {trace} is a folder. {fix}")
     try:
@@ -112,6 +110,7 @@ def check_trace_path(trace: str) -> None:
                           f"({exc.strerror or exc}). {fix}") from None
     if not path.parent.is_dir():
         raise ConfigError(f"--trace {trace}: {path.parent} is not a folder. {fix}")
-    target = path if path.exists() else path.parent
+    # a file is written beside its path and renamed over it: its folder must be writable
+    target = path if path.exists() and not path.is_file() else path.parent
     if not os.access(target, os.W_OK):
         raise ConfigError(f"--trace {trace}: {target} is not writable. {fix}")

@@ -12,10 +12,11 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from podium.cli.output import console as make_console
+from podium.cli.output import safe
 from podium.eval.run import EvalSpec, run_eval
 from podium.eval.summary import Summary
 
@@ -31,7 +32,7 @@ def _counts(counts: dict) -> str:
 
 
 def summary_table(summary: Summary, title: str) -> Table:
-    table = Table(title=title, title_justify="left", show_header=False)
+    table = Table(title=safe(title), title_justify="left", show_header=False)
     s = summary
     errors = s.error_classes
     parse = "; ".join(f"round {k}: {_counts(v)}" for k, v in s.parse_failures.items())
@@ -62,7 +63,7 @@ def summary_table(summary: Summary, title: str) -> Table:
         ("worker selection", ", ".join(f"{k} {v:.0%}" for k, v in s.worker_selection.items())),
     ]
     for k, v in rows:
-        table.add_row(k, v)
+        table.add_row(k, safe(v))  # names and reasons come from the pool and the records
     return table
 
 
@@ -73,10 +74,10 @@ def _f(value, fmt: str, prefix: str = "", suffix: str = "") -> str:
 async def _run(spec: EvalSpec, console: Console, labels: list[str]) -> Summary:
     """`run_eval` with a progress bar: accuracy, errors and paid cost so far. The run's label
     (task, system, and the sample --n drew) goes into `labels`."""
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
 
     def warn(text: str) -> None:
-        err.print(f"[yellow]warning:[/] {escape(text)}", soft_wrap=True)
+        err.print(f"[yellow]warning:[/] {safe(text)}", soft_wrap=True)
 
     stats = {"done": 0, "correct": 0, "graded": 0, "errors": 0, "cost": 0.0}
     with ExitStack() as stack:  # the bar starts once the run does (after any warning)
@@ -85,7 +86,7 @@ async def _run(spec: EvalSpec, console: Console, labels: list[str]) -> Summary:
         def on_start(label: str, total: int, already: int) -> None:
             labels.append(label)
             progress = stack.enter_context(Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                 TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=console))
             shown[:] = [progress, progress.add_task(label, total=total, status="",
                                                     completed=already)]
@@ -107,13 +108,13 @@ async def _run(spec: EvalSpec, console: Console, labels: list[str]) -> Summary:
 
 def eval_command(spec: EvalSpec) -> int:
     """`podium eval`: run `spec`, print its summary table, say what failed."""
-    console = Console()
+    console = make_console()
     labels: list[str] = []
     summary = asyncio.run(_run(spec, console, labels))
     title = labels[0] if labels else f"{spec.task} · {spec.system}"
     console.print(summary_table(summary, f"{title} · {spec.out}"))
-    console.print(f"Results: {spec.out}/results.jsonl · summary: {spec.out}/summary.json")
-    return _report_errors(Console(stderr=True), summary)
+    console.print(safe(f"Results: {spec.out}/results.jsonl · summary: {spec.out}/summary.json"))
+    return _report_errors(make_console(stderr=True), summary)
 
 
 def _report_errors(console: Console, summary: Summary) -> int:
@@ -124,7 +125,7 @@ def _report_errors(console: Console, summary: Summary) -> int:
     example = classes.example
     console.print(
         f"[bold yellow]{summary.errors} item(s) were not scored[/] "
-        f"({_counts(classes.by_reason)})" + (f", e.g. {escape(example)}" if example else "")
+        f"({safe(_counts(classes.by_reason))})" + (f", e.g. {safe(example)}" if example else "")
         + ". Fix the cause (an unreachable endpoint, a key, the grader's environment) and rerun "
         "the same command with --retry-errors.", soft_wrap=True)
     return 1 if summary.graded == 0 else 0
@@ -134,10 +135,10 @@ def run_report(folders: list[str], out: str) -> int:
     from podium.eval.report import report
 
     table, pngs, warnings = report([Path(f) for f in folders], Path(out))
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     for line in warnings:
-        err.print(f"[yellow]warning:[/] {escape(line)}", soft_wrap=True)
-    console = Console()
-    console.print(table, markup=False)
-    console.print(f"Wrote {out}/report.md and " + ", ".join(str(p) for p in pngs))
+        err.print(f"[yellow]warning:[/] {safe(line)}", soft_wrap=True)
+    console = make_console()
+    console.print(safe(table))
+    console.print(safe(f"Wrote {out}/report.md and " + ", ".join(str(p) for p in pngs)))
     return 0

@@ -164,9 +164,9 @@ def tasks_cmd(debug: bool = typer.Option(False, "--debug", help="Show tracebacks
     from podium.cli.output import tasks_table
 
     def run() -> int:
-        from rich.console import Console
+        from podium.cli.output import console
 
-        Console().print(tasks_table())
+        console().print(tasks_table())
         return 0
 
     raise typer.Exit(_guard(run, debug))
@@ -329,17 +329,18 @@ def _task_options(items: list[str]) -> dict:
 
 
 def _guard(fn, debug: bool) -> int:
-    from podium.cli.output import error
+    """Run a command; end a failure in one paragraph (and, with --debug, its traceback)."""
+    from podium.cli.output import console, error, print_traceback
     from podium.errors import ConfigError, PodiumError
 
     try:
         return fn()
-    except PodiumError as exc:
+    except (typer.Exit, typer.Abort, typer.BadParameter):
+        raise  # typer's own: a usage error, an exit code
+    except Exception as exc:  # an unexpected one too: one paragraph, never a bare traceback
         if debug:
-            raise
-        from rich.console import Console
-
-        error(Console(stderr=True), exc)
+            print_traceback()
+        error(console(stderr=True), exc, unexpected=not isinstance(exc, PodiumError))
         return 2 if isinstance(exc, ConfigError) else 1
 
 

@@ -1,7 +1,17 @@
-"""Terminal output for `podium ask`: the workflow table, live step progress, answer, totals."""
+"""Terminal output for `podium ask`: the workflow table, live step progress, answer, totals.
+
+Text a model, a worker or an endpoint wrote (a reply, a subtask, an error, a model name) is
+printed through `safe` (inside Rich markup) or `visible` (plain): a control character other
+than a newline or a tab is shown escaped (`\\x1b`), never sent to the terminal, and Rich markup
+in it (`[bold]`, `[link=…]`) is printed as it is. Consoles come from `console()` (no emoji
+codes: `:smile:` in a reply stays text). `json_line` is the `--json` output: strict JSON.
+"""
 
 from __future__ import annotations
 
+import re
+import sys
+import traceback as tb
 from typing import Any
 
 from rich.console import Console
@@ -10,8 +20,47 @@ from rich.panel import Panel
 from rich.table import Table
 
 from podium.errors import ConfigError, WorkerError
+from podium.files import strict_json
 
 TRUNCATE = 300
+# C0 and C1 controls but newline and tab, DEL, and the bidirectional overrides and isolates
+# (they reorder what follows on the line)
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_RAW_IN_JSON = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # json.dumps leaves them
+
+
+def _escaped(match: re.Match) -> str:
+    code = ord(match[0])
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: object) -> str:
+    """`text` safe to print as it is: every control character but newline and tab (and a
+    line ending's carriage return) shown escaped, e.g. ESC as `\\x1b`."""
+    return _UNPRINTABLE.sub(_escaped, str(text).replace("\r\n", "\n"))
+
+
+def safe(text: object) -> str:
+    """`text` to put inside Rich markup: `visible`, and its own markup printed literally."""
+    return escape(visible(text))
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console for the CLI's output: emoji codes off (`:x:` in a reply stays text)."""
+    return Console(stderr=stderr, emoji=False)
+
+
+def json_line(data: Any) -> str:
+    """`data` as one line of strict JSON (no NaN or Infinity: `podium.files.strict_json`),
+    with the C1 controls JSON leaves raw escaped as `\\u0080`: the same value, and nothing a
+    terminal acts on."""
+    text = strict_json(data, ensure_ascii=False)
+    return _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m[0]):04x}", text) + "\n"
+
+
+def print_traceback() -> None:
+    """The exception being handled, for --debug, with its text made `visible`."""
+    sys.stderr.write(visible(tb.format_exc()))
 
 
 def _short(text: str | None, verbose: bool, limit: int = TRUNCATE) -> str:
@@ -34,8 +83,8 @@ def workflow_table(turn, worker_names: list[str]) -> Table:
     table.add_column("subtask", ratio=1)
     table.add_column("sees steps", no_wrap=True)
     for i, step in enumerate(turn.workflow.steps):
-        table.add_row(str(i), f"{step.worker} {worker_names[step.worker]}",
-                      escape(step.subtask), _access(step.access))
+        table.add_row(str(i), f"{step.worker} {safe(worker_names[step.worker])}",
+                      safe(step.subtask), _access(step.access))
     return table
 
 
@@ -50,10 +99,11 @@ class LiveView:
 
     def header(self, pool, chosen: list[int] | None = None) -> None:
         self.worker_names = [w.name for w in pool.workers]
-        workers = ", ".join(f"{i} {w.name}" for i, w in enumerate(pool.workers)
+        workers = ", ".join(f"{i} {safe(w.name)}" for i, w in enumerate(pool.workers)
                             if chosen is None or i in chosen)
-        self.console.print(f"[bold]Conductor[/] {pool.conductor.name} ({pool.conductor.backend}) "
-                           f"· [bold]workers[/] {workers} · pool {pool.source}")
+        conductor = pool.conductor
+        self.console.print(f"[bold]Conductor[/] {safe(conductor.name)} ({conductor.backend}) "
+                           f"· [bold]workers[/] {workers} · pool {safe(pool.source)}")
 
     def thinking(self) -> None:
         self._status = self.console.status("The Conductor is writing a workflow…")
@@ -69,7 +119,8 @@ class LiveView:
             self.stop()
             self._conductor(obj)
         elif kind == "started":
-            self.console.print(f"  [cyan]▸[/] step {obj.index} · {obj.worker_name} running…")
+            self.console.print(f"  [cyan]▸[/] step {obj.index} · {safe(obj.worker_name)} "
+                               "running…")
         elif kind == "finished":
             self._finished(obj)
 
@@ -79,21 +130,21 @@ class LiveView:
         c.print(f"[bold]{label}[/] ({turn.completion_tokens} tokens, {turn.latency_s:.1f}s"
                 f"{', grammar-constrained' if turn.constrained else ''})")
         if self.verbose and turn.completion:
-            c.print(Panel(escape(turn.completion.strip()), title="Conductor output",
+            c.print(Panel(safe(turn.completion.strip()), title="Conductor output",
                           title_align="left"))
         if turn.error:
-            c.print(f"[red]The Conductor call failed:[/] {escape(turn.error)}")
+            c.print(f"[red]The Conductor call failed:[/] {safe(turn.error)}")
             return
         if turn.kept:
             c.print("The Conductor kept the previous answer (three empty lists): no new steps.")
             return
         if turn.parse_reason:
             what = (f"The Conductor's output is not a valid workflow ({turn.parse_reason}: "
-                    f"{escape(turn.parse_detail)}).")
+                    f"{safe(turn.parse_detail)}).")
             if turn.fallback:
                 name = self.worker_names[turn.workflow.steps[0].worker]
                 c.print(f"[yellow]{what} Falling back to a single step on worker "
-                        f"{turn.workflow.steps[0].worker} ({name}).[/]")
+                        f"{turn.workflow.steps[0].worker} ({safe(name)}).[/]")
             else:
                 c.print(f"[yellow]{what}[/]")
         if turn.workflow is not None:
@@ -101,30 +152,31 @@ class LiveView:
 
     def _finished(self, rec) -> None:
         if rec.status == "ok":
-            self.console.print(f"  [green]✓[/] step {rec.index} · {rec.worker_name} "
+            self.console.print(f"  [green]✓[/] step {rec.index} · {safe(rec.worker_name)} "
                                f"{rec.latency_s:.1f}s · {rec.completion_tokens} tokens")
         elif rec.status == "error":
-            self.console.print(f"  [red]✗[/] step {rec.index} · {rec.worker_name} failed: "
-                               f"{escape(rec.error or '')}")
+            self.console.print(f"  [red]✗[/] step {rec.index} · {safe(rec.worker_name)} failed: "
+                               f"{safe(rec.error or '')}")
         else:
-            self.console.print(f"  [dim]- step {rec.index} · {rec.worker_name} skipped "
-                               f"({escape(rec.error or '')})[/]")
+            self.console.print(f"  [dim]- step {rec.index} · {safe(rec.worker_name)} skipped "
+                               f"({safe(rec.error or '')})[/]")
 
     def summary(self, result, trace: str | None) -> None:
         c = self.console
         for rnd in result.rounds:
             for rec in rnd.run.steps if rnd.run else []:
-                body = (escape(_short(rec.response, self.verbose)) if rec.status == "ok"
-                        else f"[red]{rec.status}: {escape(rec.error or '')}[/]")
+                body = (safe(_short(rec.response, self.verbose)) if rec.status == "ok"
+                        else f"[red]{rec.status}: {safe(rec.error or '')}[/]")
                 c.print(Panel(body or "[dim](empty response)[/]",
-                              title=f"round {rec.round} · step {rec.index} · {rec.worker_name}",
+                              title=f"round {rec.round} · step {rec.index} · "
+                                    f"{safe(rec.worker_name)}",
                               title_align="left"))
         if result.answer is not None:
-            c.print(Panel(escape(result.answer.strip()) or "[dim](empty)[/]",
+            c.print(Panel(safe(result.answer.strip()) or "[dim](empty)[/]",
                           title="[bold]Answer[/]", title_align="left", border_style="green"))
         out = result.outcome
         for note in out.notes:
-            c.print(f"[yellow]{escape(note)}[/]", soft_wrap=True)
+            c.print(f"[yellow]{safe(note)}[/]", soft_wrap=True)
         used, paid = out.used, out.paid
         cost = f"${used.cost:.6f}" if used.cost is not None else "unknown (no price in the pool file)"
         hits = (f" · {out.cache_hits} from the cache (paid {paid.calls} calls, "
@@ -136,11 +188,11 @@ class LiveView:
         c.print(f"  {usage_split(out)}")
         if out.budget is not None:
             colour = "yellow" if out.budget.over else "green"
-            c.print(f"[{colour}]Budget: {escape(out.budget.sentence())}[/]")
+            c.print(f"[{colour}]Budget: {safe(out.budget.sentence())}[/]")
         if result.stopped:
-            c.print(f"[yellow]Stopped early: {escape(result.stopped)}[/]")
+            c.print(f"[yellow]Stopped early: {safe(result.stopped)}[/]")
         if trace:
-            c.print(f"Trace written to {trace}")
+            c.print(f"Trace written to {safe(trace)}")
 
 
 def usage_split(outcome: Any) -> str:
@@ -160,7 +212,7 @@ def error(console: Console, exc: BaseException, *, unexpected: bool = False) -> 
         head = f"Unexpected error ({type(exc).__name__}); rerun with --debug for the traceback"
     else:
         head = "Error"
-    console.print(f"[bold red]{head}:[/] {escape(str(exc))}", soft_wrap=True)
+    console.print(f"[bold red]{head}:[/] {safe(str(exc))}", soft_wrap=True)
 
 
 def no_answer(console: Console, result) -> None:
@@ -171,7 +223,7 @@ def no_answer(console: Console, result) -> None:
                   "(podium pool check).",
         "infra": "This is a podium or environment failure; rerun with --debug and report it.",
     }.get(cause.cls if cause else "", "Try again, or look at the workflow with --verbose.")
-    console.print(f"[bold red]No answer:[/] {escape(why)}. {fix}", soft_wrap=True)
+    console.print(f"[bold red]No answer:[/] {safe(why)}. {fix}", soft_wrap=True)
 
 
 def tasks_table() -> Table:
@@ -195,8 +247,8 @@ def tasks_table() -> Table:
     table.add_column("task")
     table.add_column("options (default)", overflow="fold")
     for name in TASKS:
-        table.add_row(name, escape(shown(task_options(name))))
+        table.add_row(name, safe(shown(task_options(name))))
     generic = {p.name: p.default for p in inspect.signature(GenericTask).parameters.values()
                if p.name != "path"}
-    table.add_row("jsonl:FILE, json:FILE, csv:FILE", escape(shown(generic)))
+    table.add_row("jsonl:FILE, json:FILE, csv:FILE", safe(shown(generic)))
     return table

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
+from podium.cli.output import visible
 from podium.errors import ConfigError
 from podium.files import write_private
 
@@ -36,10 +38,25 @@ def view(path: str, out: str | None, open_browser: bool) -> int:
                           f"({type(exc).__name__}: {str(exc)[:120]}): a field holds another "
                           "shape. Pass a trace file written by podium, unedited.") from None
     page = Path(out) if out else src.with_suffix(".html")
-    write_private(page, html)  # it holds the prompts: owner-only
-    print(f"Wrote {page}")
+    _write_page(page, html, given=out is not None)
+    print(visible(f"Wrote {page}"))
     if open_browser:
         import webbrowser
 
         webbrowser.open(page.resolve().as_uri())
     return 0
+
+
+def _write_page(page: Path, html: str, *, given: bool) -> None:
+    """Write the page owner-only (it holds the prompts), whole or not at all: a page that
+    cannot be written is a ConfigError naming the path; the trace is never touched."""
+    where = f"--out {page}" if given else f"The page {page} (beside the trace)"
+    try:
+        write_private(page, html)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        fix = ("free space on that disk, or pass --out a file on another"
+               if exc.errno in (errno.ENOSPC, errno.EDQUOT) else
+               "pass --out a file path in a folder you can write, e.g. --out trace.html")
+        raise ConfigError(f"{where} cannot be written ({why}); {fix}. Nothing else was "
+                          "changed.") from None

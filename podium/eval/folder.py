@@ -28,14 +28,19 @@ the records in it from being paid twice or mixed:
   is refused on resume like any other change. A `meta.json` without them is resumed with a
   warning that the files could not be checked.
 
-* **Damaged files.** A `meta.json` that does not parse is a ConfigError naming the file: it
+* **Damaged files.** A `meta.json` that does not parse, or holds a key podium reads with another
+  type (`task: Input should be a valid string`), is a ConfigError naming the file: it
   says which settings wrote the records, so they cannot be resumed safely without it (when
   there are no records yet it is simply rewritten). Bad lines in `results.jsonl` are handled
-  by `podium.eval.runner.repair_results`.
+  by `podium.eval.runner.repair_results`. A file of the folder that cannot be written (a full
+  disk) stops the run with `WriteFailed`, which says how to resume it; `meta.json` and
+  `summary.json` are written whole or not at all (`write_whole`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -46,7 +51,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from podium.errors import ConfigError
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from podium.errors import ConfigError, PodiumError
+from podium.files import strict_json
 
 META = "meta.json"
 LOCK = "lock"
@@ -57,6 +65,22 @@ _RELIABILITY = frozenset({"max_concurrency", "rpm", "tpm", "retries", "backoff_s
                           "transport"})
 # where a run-settings key comes from, named in a refusal
 _RUN_HINTS = {"fallback": "--fallback", "cache": "--no-cache or the pool's run.cache"}
+
+
+class WriteFailed(PodiumError):
+    """A file of the results folder could not be written (a full disk, a lost device): the
+    run stops, every record written so far is kept, and the same command resumes it."""
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        self.error = exc
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            head = f"No space left on the disk of {path}"
+            fix = "free space and rerun with the same command to resume"
+        else:
+            head = f"Writing {path} failed ({exc.strerror or exc})"
+            fix = "fix the cause and rerun with the same command to resume"
+        super().__init__(f"{head}: the evaluation stopped; {fix} (every record written so "
+                         "far is kept, and only the items without one run again).")
 
 
 def prepare_folder(out: Path) -> Path:
@@ -104,8 +128,9 @@ class FolderLock:
         info = {"pid": os.getpid(), "host": socket.gethostname(),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                 "command": " ".join(["podium", *sys.argv[1:]])}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        with contextlib.suppress(OSError):  # a full disk: the lock holds without its note
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
         self._fd = fd
         return self
 
@@ -233,9 +258,39 @@ def read_meta(folder: Path, *, purpose: str) -> dict | None:
         meta = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, OSError) as exc:
         raise ConfigError(f"{path} is damaged ({_why(exc)}). {purpose}") from None
+    except RecursionError:
+        raise ConfigError(f"{path} is damaged (JSON nested too deeply to read). {purpose}") \
+            from None
     if not isinstance(meta, dict):
         raise ConfigError(f"{path} is damaged (it holds no JSON object). {purpose}")
+    try:
+        _Meta.model_validate(meta)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ConfigError(f"{path} is damaged ({where}: {first['msg']}). {purpose}") from None
     return meta
+
+
+class _Fingerprint(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    hash: str
+    parts: dict[str, Any] = {}
+
+
+class _Meta(BaseModel):
+    """The keys of meta.json podium reads back, with their types."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    task: str
+    system: str
+    split: str | None = None
+    seed: int | None = None
+    preset: str | None = None
+    format: int | None = None
+    fingerprint: _Fingerprint | None = None
+    local_files: dict[str, str] = {}
+    isolation_earlier: list[Any] = []
 
 
 def _why(exc: Exception) -> str:
@@ -276,10 +331,21 @@ def check_meta(out: Path, meta: dict, *, records: list[dict], retry_errors: bool
             warn(f"The records in {out} so far were graded under sandbox isolation "
                  f"{old['isolation']!r}; this run grades under {meta.get('isolation')!r}. "
                  f"{META} keeps both (isolation_earlier).")
-    tmp = out / f".{META}.tmp"
-    tmp.write_text(json.dumps({**meta, "format": record_format}, indent=2, ensure_ascii=False),
-                   "utf-8")
-    os.replace(tmp, out / META)  # a kill mid-write never leaves a torn meta.json
+    write_whole(out / META, strict_json({**meta, "format": record_format}, indent=2,
+                                        ensure_ascii=False))
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write `text` to `path` under a temporary name, then rename it: a kill or a full disk
+    never leaves a torn file (WriteFailed when it cannot be written)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, "utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise WriteFailed(path, exc) from None
 
 
 def _check_resume(out: Path, old: dict, meta: dict, record_format: int, warn: Any,

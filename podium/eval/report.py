@@ -11,8 +11,9 @@ accuracy against cost (or tokens, when prices are unknown or all zero) per item;
 step-count histogram; worker usage by step position, one panel per run.
 
 Reading never changes a folder (a run may be writing it). A results line that is not a record
-(garbage, a bad edit) is left out and reported with its line number; the rest is reported. A
-damaged meta.json is a ConfigError naming the file.
+(garbage, a bad edit, a field of the wrong type) is left out and reported with its line
+number; the rest is reported. A damaged meta.json (or one whose keys have the wrong types) is a
+ConfigError naming the file, as is an --out that cannot be written.
 """
 
 from __future__ import annotations
@@ -185,6 +186,12 @@ def report(folders: list[Path], out: Path) -> tuple[str, list[Path], list[str]]:
     runs = [load_run(f) for f in folders]
     collided = label_runs(runs)
     table = markdown_table(runs)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text("# podium report\n\n" + table, "utf-8")
-    return table, plots(runs, out), [*collided, *(w for r in runs for w in r["warnings"])]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.md").write_text("# podium report\n\n" + table, "utf-8")
+        pngs = plots(runs, out)
+    except OSError as exc:  # --out is a file, under one, or on a full disk
+        raise ConfigError(f"--out {out} cannot be written ({exc.strerror or exc}); pass --out "
+                          "a folder you can write. The evaluation folders are unchanged.") \
+            from None
+    return table, pngs, [*collided, *(w for r in runs for w in r["warnings"])]

@@ -15,7 +15,6 @@ repairs a damaged results file, runs every item `repeats` times on the system
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 
 from podium.errors import ConfigError
 from podium.eval.summary import Summary, summarize
+from podium.files import strict_json
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ async def _run_locked(spec: EvalSpec, task: Any, items: list, pool: Any, setting
                       on_start: OnStart | None, on_record: OnRecord | None,
                       warn: Callable[[str], None], drawn: str = "") -> Summary:
     from podium.baselines import build_system
-    from podium.eval.folder import check_meta, fingerprint, local_files
+    from podium.eval.folder import WriteFailed, check_meta, fingerprint, local_files, write_whole
     from podium.eval.runner import (
         RECORD_FORMAT,
         RESULTS,
@@ -140,7 +140,10 @@ async def _run_locked(spec: EvalSpec, task: Any, items: list, pool: Any, setting
     # settings are checked before the results file is touched: a refused resume changes nothing
     check_meta(out, meta, records=list(load_results(path).records.values()),
                retry_errors=spec.retry_errors, record_format=RECORD_FORMAT, warn=warn)
-    found, kept = repair_results(path)
+    try:
+        found, kept = repair_results(path)
+    except OSError as exc:
+        raise WriteFailed(path, exc) from None
     for line in found.warnings(path, "it will be rerun"):
         warn(line)
     if kept is not None:
@@ -155,5 +158,5 @@ async def _run_locked(spec: EvalSpec, task: Any, items: list, pool: Any, setting
             on_start(f"{task.name} · {spec.system}{drawn}", total, min(already, total))
         records = await evaluate(task, system, items, out, config, on_record=on_record)
     summary = summarize(records)
-    (out / "summary.json").write_text(json.dumps(summary.to_json(), indent=2), "utf-8")
+    write_whole(out / "summary.json", strict_json(summary.to_json(), indent=2))
     return summary

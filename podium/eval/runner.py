@@ -1,11 +1,13 @@
 """Run a system over a task: concurrent, resumable, every item recorded exactly once.
 
 Results go to `OUT/results.jsonl`, one line per (item, repeat), appended and flushed as each
-finishes. A rerun after a crash or `kill -9` reads the file, drops a torn last line, and skips
-every (item, repeat) already recorded; so no item is run twice or lost. `--retry-errors` reruns
-the ones recorded as errors (the newer line wins when the summary reads the file). A line that
-is not a record (garbage from a disk error or a bad hand edit) is skipped and reported by line
-number; before a run appends, the damaged file is kept aside (`results.jsonl.damaged-<time>`)
+finishes, whole or not at all (a full disk cuts the line back and stops the run with
+`WriteFailed`). A rerun after a crash or `kill -9` reads the file, drops a torn last line, and
+skips every (item, repeat) already recorded; so no item is run twice or lost. `--retry-errors`
+reruns the ones recorded as errors (the newer line wins when the summary reads the file). A line
+that is not a record (garbage from a disk error or a bad hand edit: not JSON, or a field the
+summary reads with another type) is skipped and reported by line number; before a run
+appends, the damaged file is kept aside (`results.jsonl.damaged-<time>`)
 and the good lines are rewritten, so those items are rerun and nothing is lost
 (`repair_results`). Readers (`podium report`) never change the file. One run at a time writes
 a folder: `podium.eval.folder` holds its lock and checks that a resume has the same settings.
@@ -21,8 +23,11 @@ cannot start; its `cause` names the class and the reason, and `--retry-errors` r
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import json
 import os
+import re
 import shutil
 import time
 import traceback
@@ -31,9 +36,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from podium.baselines import System
 from podium.errors import INTERNAL
-from podium.files import private_dir, write_private
+from podium.eval.folder import WriteFailed
+from podium.files import private_dir, strict_json, write_private
 from podium.outcome import Failure, grade_outcome
 from podium.pipeline import RunResult
 from podium.tasks.base import Item, Task
@@ -66,6 +74,59 @@ class Results:
         return [f"{path} line {n} is not a record ({why}); {then}" for n, why in self.bad]
 
 
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+
+
+class _Usage(_Strict):
+    calls: int
+    total_tokens: int
+    cost_usd: float | None = None
+
+
+class _Cause(_Strict):
+    cls: str = Field(alias="class")
+    reason: str
+    detail: str | None = None
+
+
+class _Round(_Strict):
+    round: int
+    decision: str
+    parse_reason: str | None = None
+
+
+class _Step(_Strict):
+    name: str
+
+
+class _Budget(_Strict):
+    amount: float
+    over: bool
+    plan_price: float
+
+
+class _Record(_Strict):
+    """The fields of a record that the summary reads, with their types: a line whose fields
+    have other types is not a record (a bad hand edit, a damaged disk)."""
+
+    # a key the summary reads with a default may be absent; where the default is None,
+    # only a present null is refused (the summary reads such a key as it is)
+    item: str
+    repeat: int = Field(ge=0)
+    status: str
+    correct: bool | None = None
+    reason: str | None = None
+    cause: _Cause | None = None
+    used: _Usage = None  # type: ignore[assignment]
+    paid: _Usage = None  # type: ignore[assignment]
+    rounds: list[_Round] | None = None
+    workflow: list[_Step] | None = None
+    latency_s: float = 0.0
+    cache_hits: int = 0
+    budget: _Budget | None = None
+
+
 def _parse_line(line: bytes) -> tuple[dict | None, str]:
     try:
         rec = json.loads(line.decode("utf-8"))
@@ -73,9 +134,16 @@ def _parse_line(line: bytes) -> tuple[dict | None, str]:
         return None, f"not UTF-8 text at byte {exc.start}"
     except json.JSONDecodeError as exc:
         return None, f"not JSON: {exc.msg} at column {exc.colno}"
-    if (not isinstance(rec, dict) or not isinstance(rec.get("item"), str)
-            or not isinstance(rec.get("repeat"), int) or not isinstance(rec.get("status"), str)):
-        return None, "JSON, but without the item, repeat and status of a record"
+    except RecursionError:
+        return None, "JSON nested too deeply to read"
+    if not isinstance(rec, dict):
+        return None, f"a JSON {type(rec).__name__}, not an object"
+    try:
+        _Record.model_validate(rec)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the record"
+        return None, f"JSON, but {where}: {first['msg']}"
     return rec, ""
 
 
@@ -142,20 +210,34 @@ def repair_results(path: Path) -> tuple[Results, Path | None]:
 
 
 class ResultWriter:
-    """Appends one JSON line per finished item; flushed and fsynced so a kill loses nothing
-    that was reported done."""
+    """Appends one JSON line per finished item, whole or not at all: the line goes out in
+    one write and is fsynced, so a kill loses nothing that was reported done; a write that
+    fails (a full disk) is cut back to the end of the last whole line and raised as
+    `WriteFailed`, so the file never holds half a record."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self.path = path
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise WriteFailed(path, exc) from None
 
     def write(self, record: dict) -> None:
-        self._fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        data = (strict_json(record, ensure_ascii=False) + "\n").encode("utf-8")
+        end = os.fstat(self._fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view):]
+            os.fsync(self._fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, end)  # the part of the line that was written
+            raise WriteFailed(self.path, exc) from None
 
     def close(self) -> None:
-        self._fh.close()
+        os.close(self._fd)
 
 
 def run_record(result: RunResult) -> dict[str, Any]:
@@ -196,10 +278,23 @@ async def _one(task: Task, system: System, item: Item, repeat: int,
                 "cause": cause.to_json(), "failures": [cause.to_json()],
                 "trace": traceback.format_exc(limit=5)}
     result = replace(result, outcome=await grade_outcome(result.outcome, task, item))
-    if traces is not None:
-        name = f"{item.id}-{repeat}.json".replace("/", "_")
-        write_private(traces / name, json.dumps(result.to_json(), ensure_ascii=False))
-    return {**base, **run_record(result)}
+    if traces is None:
+        return {**base, **run_record(result)}
+    path = traces / trace_name(item.id, repeat)
+    try:
+        write_private(path, strict_json(result.to_json(), ensure_ascii=False))
+    except OSError as exc:
+        raise WriteFailed(path, exc) from None
+    return {**base, **run_record(result), "trace_file": path.name}
+
+
+def trace_name(item: str, repeat: int) -> str:
+    """The file name of an (item, repeat)'s trace under OUT/traces: the id's letters, digits,
+    `.`, `-` and `_` (others as `_`, cut to 80 characters) for a person to read, then 12 hex
+    digits of the SHA-256 of the exact id, so two ids never share a file, and the repeat."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", item)[:80].lstrip(".") or "item"
+    digest = hashlib.sha256(item.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{readable}-{digest}-{repeat}.json"
 
 
 TARGET_CHARS = 2000  # a code task's target (its tests) can be long: the record keeps its start
@@ -230,7 +325,10 @@ async def evaluate(
             or (config.retry_errors and done[(item.id, r)]["status"] == "error")]
     traces = out / "traces" if config.save_traces else None
     if traces is not None:
-        private_dir(traces)
+        try:
+            private_dir(traces)
+        except OSError as exc:
+            raise WriteFailed(traces, exc) from None
     writer = ResultWriter(path)
     gate = asyncio.Semaphore(config.concurrency)
 
@@ -244,8 +342,14 @@ async def evaluate(
             if on_record is not None:
                 on_record(record)
 
+    runs = [asyncio.ensure_future(run(item, r)) for item, r in todo]
     try:
-        await asyncio.gather(*(run(item, r) for item, r in todo))
+        await asyncio.gather(*runs)
+    except BaseException:  # a write failed (or Ctrl-C): stop the items still in flight
+        for task_ in runs:
+            task_.cancel()
+        await asyncio.gather(*runs, return_exceptions=True)
+        raise
     finally:
         writer.close()
     wanted = {(item.id, r) for r in range(config.repeats) for item in items}

@@ -102,6 +102,9 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
                         raise ConfigError(f"{path} line {number}: not valid JSON ({exc.msg}, "
                                           f"column {exc.colno}). Fix or delete that line.") \
                             from None
+                    except RecursionError:
+                        raise ConfigError(f"{path} line {number}: JSON nested too deeply to "
+                                          "read. Fix or delete that line.") from None
         elif stem.endswith(".json"):
             with _open_text(path) as fh:
                 data = json.load(fh)
@@ -125,6 +128,8 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
                               ".csv or .parquet")
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
+    except RecursionError:
+        raise ConfigError(f"{path}: JSON nested too deeply to read") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}). Save it "
                           "as UTF-8, e.g. `iconv -f latin1 -t utf-8`.") from None

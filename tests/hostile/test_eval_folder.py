@@ -359,3 +359,123 @@ def test_a_resume_under_other_sandbox_isolation_keeps_both_levels(tmp_path):
                warn=warned.append)  # the same level again: nothing new to keep
     assert json.loads((tmp_path / "meta.json").read_text())["isolation_earlier"] == ["full"]
     assert len(warned) == 1
+
+
+def retyped(path: Path, line: int, edit) -> None:
+    """Replace record `line` (1-based) of `path` by `edit(record)`, serialised as JSON."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[line - 1] = (json.dumps(edit(json.loads(lines[line - 1]))) + "\n").encode()
+    path.write_bytes(b"".join(lines))
+
+
+WRONG_SHAPES = {
+    "a list": lambda rec: [rec],
+    "a string for a number": lambda rec: {**rec, "used": {**rec["used"], "calls": "3"}},
+    "NaN for a cost": lambda rec: {**rec, "paid": {**rec["paid"], "cost_usd": float("nan")}},
+    "a null for a list": lambda rec: {**rec, "used": None},
+    "nested too deeply": lambda rec: json.loads("[" * 1000 + "]" * 1000),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(WRONG_SHAPES))
+def test_report_skips_a_wrongly_typed_results_line_with_a_warning(folder, shape):
+    assert folder.eval().returncode == 0
+    results = folder.out / "results.jsonl"
+    if shape == "nested too deeply":  # deeper than Python's JSON reader goes
+        lines = results.read_bytes().splitlines(keepends=True)
+        lines[1] = b"[" * 100_000 + b"]" * 100_000 + b"\n"
+        results.write_bytes(b"".join(lines))
+    else:
+        retyped(results, 2, WRONG_SHAPES[shape])
+    damaged = results.read_bytes()
+    proc = folder.report(folder.out)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"{results} line 2 is not a record" in flat(proc.stderr)
+    assert "single:adder" in (folder.tmp / "report" / "report.md").read_text()
+    assert results.read_bytes() == damaged  # a reader changes nothing
+    # eval keeps the file aside and reruns that item only
+    proc = folder.eval()
+    assert proc.returncode == 0, proc.stderr
+    assert len(folder.call_pids()) == N + 1
+    assert [p.read_bytes() for p in folder.out.glob("results.jsonl.damaged-*")] == [damaged]
+
+
+@pytest.mark.parametrize("meta", [b"[]", b'{"format": 2}', b'{"task": ["x"], "system": "s", '
+                                  b'"format": 2}', b"[" * 100_000 + b"]" * 100_000])
+def test_a_wrongly_typed_meta_json_is_a_config_error_naming_the_file(folder, meta):
+    assert folder.eval().returncode == 0
+    path = folder.out / "meta.json"
+    path.write_bytes(meta)
+    for proc in (folder.eval(), folder.report(folder.out)):
+        assert proc.returncode == 2, proc.stderr
+        assert f"{path} is damaged" in flat(proc.stderr) and "Traceback" not in proc.stderr
+    assert path.read_bytes() == meta and len(folder.call_pids()) == N
+
+
+def test_trace_file_names_never_collide_and_take_any_id(folder):
+    ids = ["a/b", "a_b", "nul\x00byte", "x" * 300, "../../escape", ".hidden", "é/ü"]
+    folder.data.write_text("".join(json.dumps({"id": i, "question": f"What is {n} + 1?",
+                                               "answer": str(n + 1)}) + "\n"
+                                   for n, i in enumerate(ids)))
+    proc = folder.eval("--traces")
+    assert proc.returncode == 0, proc.stderr
+    traces = folder.out / "traces"
+    names = sorted(p.name for p in traces.iterdir())
+    assert len(names) == len(ids)  # one file each: none overwrote another
+    assert all(len(n.encode()) < 120 and not n.startswith(".") for n in names)
+    records = read_results(folder.out / "results.jsonl")
+    for item in ids:  # each record names its trace, and the trace is that item's run
+        trace = json.loads((traces / records[(item, 0)]["trace_file"]).read_text())
+        assert f"What is {ids.index(item)} + 1?" in json.dumps(trace)
+    assert not list(folder.tmp.glob("escape*"))
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 64 KiB tmpfs mounted at tmp_path/disk (needs root and mount rights; skipped elsewhere)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_an_eval_on_a_full_disk_stops_cleanly_and_resumes(folder, tiny_disk):
+    """The results folder is on a real file system that fills mid-run: the error says so,
+    every record written stays whole, and the same command resumes once space is freed."""
+    questions = [f"What is {i} + {i}? " + "Pad the record out. " * 70 for i in range(N)]
+    folder.data.write_text("".join(json.dumps({"question": q, "answer": str(2 * i)}) + "\n"
+                                   for i, q in enumerate(questions)))
+    folder.out = tiny_disk / "run"
+    filler = tiny_disk / "filler"
+    filler.write_bytes(b"\0" * (64 * 1024 - 4 * 4096))  # four pages left: lock, meta, 1 for results
+    proc = folder.eval("--concurrency", "1")
+    assert proc.returncode == 1, proc.stderr
+    message = flat(proc.stderr)
+    assert "Traceback" not in proc.stderr
+    assert "No space left" in message and "rerun with the same command to resume" in message
+    raw = (folder.out / "results.jsonl").read_bytes()
+    assert raw.endswith(b"\n") or raw == b""  # no torn record
+    first = folder.result_keys()
+    assert 0 < len(first) < N, message
+    paid = len(folder.call_pids())
+    filler.unlink()
+    proc = folder.eval("--concurrency", "1")
+    assert proc.returncode == 0, proc.stderr
+    keys = folder.result_keys()
+    assert keys[:len(first)] == first and len(keys) == len(set(keys)) == N
+    assert len(folder.call_pids()) - paid == N - len(first)  # no recorded item ran again
+
+
+def test_report_onto_a_file_is_a_clear_error(folder):
+    assert folder.eval().returncode == 0
+    (folder.tmp / "report").write_text("a file")
+    proc = folder.report(folder.out)
+    assert proc.returncode == 2, proc.stderr
+    assert f"--out {folder.tmp / 'report'} cannot be written" in flat(proc.stderr)
+    assert "Traceback" not in proc.stderr and "Unexpected" not in proc.stderr
+    assert (folder.tmp / "report").read_text() == "a file"

@@ -228,3 +228,96 @@ def test_trace_view_of_a_trace_nested_too_deeply_is_a_clear_error(tmp_path):
     trace.write_text('{"question": "q", "steps": ' + "[" * 50_000 + "]" * 50_000 + "}")
     proc = podium("trace", "view", str(trace), "--no-open")
     assert_clean_error(proc, 2, str(trace), "nested too deeply")
+
+
+@pytest.fixture
+def saved_trace(pool, tmp_path, cache_env) -> Path:
+    trace = tmp_path / "trace.json"
+    proc = podium("ask", "What is 2 + 3?", "--pool", str(pool), "--trace", str(trace),
+                  env=cache_env)
+    assert proc.returncode == 0, text(proc)
+    return trace
+
+
+@pytest.mark.parametrize("where", ["/dev/full", "folder", "under a file"])
+def test_trace_view_onto_a_path_it_cannot_write_is_a_clear_error(saved_trace, tmp_path, where):
+    (tmp_path / "plain").write_text("a file")
+    (tmp_path / "folder").mkdir()
+    out = {"/dev/full": "/dev/full", "folder": str(tmp_path / "folder"),
+           "under a file": str(tmp_path / "plain" / "page.html")}[where]
+    before = saved_trace.read_bytes()
+    proc = podium("trace", "view", str(saved_trace), "--out", out, "--no-open")
+    assert_clean_error(proc, 2, f"--out {out} cannot be written", "--out a file")
+    assert saved_trace.read_bytes() == before  # nothing lost
+    assert (tmp_path / "plain").read_text() == "a file"
+    assert list((tmp_path / "folder").iterdir()) == []  # no temporary file left behind
+
+
+def test_trace_view_never_writes_through_a_link(saved_trace, tmp_path):
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    os.chmod(target, 0o644)
+    link = tmp_path / "page.html"
+    link.symlink_to(target)
+    proc = podium("trace", "view", str(saved_trace), "--out", str(link), "--no-open")
+    assert_clean_error(proc, 2, str(link), "symbolic link")
+    assert target.read_text() == "keep me" and stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+def test_a_trace_onto_a_link_is_refused_before_any_call(pool, tmp_path, cache_env):
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    os.chmod(target, 0o644)
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    proc = podium("ask", "What is 2 + 3?", "--pool", str(pool), "--trace", str(link),
+                  env=cache_env)
+    assert_clean_error(proc, 2, f"--trace {link} is a symbolic link")
+    assert target.read_text() == "keep me" and stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert not (tmp_path / "cache").exists()  # refused before any model was used
+
+
+@pytest.mark.parametrize("writer", ["write_private", "private_file"])
+def test_private_files_are_never_written_through_a_link(tmp_path, writer):
+    """A link put in place after the CLI's checks (or by another user in a shared folder)."""
+    from podium import files
+
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    os.chmod(target, 0o644)
+    link = tmp_path / "out.json"
+    link.symlink_to(target)
+    with pytest.raises(files.LinkRefused, match="symbolic link"):
+        files.write_private(link, "{}") if writer == "write_private" else files.private_file(link)
+    assert target.read_text() == "keep me" and stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "precious.txt"]
+
+
+def test_a_private_file_that_cannot_be_written_whole_keeps_the_old_one(tmp_path, monkeypatch):
+    """write_private writes beside the file and renames: a failed write changes nothing."""
+    import errno
+
+    from podium import files
+
+    path = tmp_path / "trace.json"
+    path.write_text("the old trace")
+    real = os.replace
+
+    def full(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files.os, "replace", full)
+    with pytest.raises(OSError):
+        files.write_private(path, "the new trace")
+    monkeypatch.setattr(files.os, "replace", real)
+    assert path.read_text() == "the old trace"
+    assert [p.name for p in tmp_path.iterdir()] == ["trace.json"]  # the temporary is gone
+
+
+def test_a_jsonl_line_nested_too_deeply_is_named_by_its_line(pool, tmp_path, cache_env):
+    data = tmp_path / "items.jsonl"
+    data.write_text('{"question": "What is 2 + 3?", "answer": "5"}\n'
+                    + "[" * 100_000 + "]" * 100_000 + "\n")
+    proc = podium("eval", "--task", f"jsonl:{data}", "--pool", str(pool), "--out",
+                  str(tmp_path / "o"), env=cache_env)
+    assert_clean_error(proc, 2, f"{data} line 2", "nested too deeply")
