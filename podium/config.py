@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+import urllib.parse
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -32,7 +33,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from podium.errors import ConfigError
-from podium.redact import register
+from podium.redact import register, safe_url, url_credentials
 
 Backend = Literal["openai", "anthropic", "gemini", "embedded", "function", "transformers"]
 BACKENDS: tuple[str, ...] = ("openai", "anthropic", "gemini", "embedded", "function",
@@ -42,8 +43,14 @@ Prefill = Literal["message", "continue", "completions"]
 PREFILLS: tuple[str, ...] = ("message", "continue", "completions")
 
 
+# The largest count a setting takes (C's int: what servers and llama.cpp read); numbers must
+# be finite (no nan or inf) everywhere.
+MAX_COUNT = 2**31 - 1
+MAX_REPLY_BYTES = 10_000_000
+
+
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class Price(_Frozen):
@@ -74,9 +81,10 @@ class ModelSpec(_Frozen):
     function: str | None = Field(None, description="For backend=function: 'module:callable'.")
     temperature: float | None = None
     top_p: float | None = None
-    max_tokens: int | None = Field(None, description="Maximum new tokens per call.")
+    max_tokens: int | None = Field(None, ge=1, le=MAX_COUNT,
+                                   description="Maximum new tokens per call.")
     stop: list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-2**63, le=2**64 - 1)
     extra_body: dict[str, Any] = Field(default_factory=dict, description="Extra request "
                                        "fields passed through verbatim (e.g. top_k).")
     grammar_style: Literal["llama_cpp", "vllm"] | None = Field(None, description="How this "
@@ -91,7 +99,8 @@ class ModelSpec(_Frozen):
     thinking: bool | None = Field(None, description="Thinking on/off: Qwen3-style "
                                   "chat_template_kwargs.enable_thinking (openai), extended "
                                   "thinking (anthropic), thinking (gemini).")
-    thinking_budget: int | None = Field(None, ge=0, description="Thinking tokens (anthropic "
+    thinking_budget: int | None = Field(None, ge=0, le=MAX_COUNT,
+                                        description="Thinking tokens (anthropic "
                                         "budget_tokens, gemini thinking_budget).")
     prefill: Prefill = Field(
         "message", description="How an openai endpoint gets a trailing assistant message (a "
@@ -103,23 +112,31 @@ class ModelSpec(_Frozen):
                                       "model's chat template: its .gguf, its "
                                       "tokenizer_config.json, a Jinja file, or the Jinja text.")
     # reliability
-    max_concurrency: int = Field(4, ge=1, description="Concurrent calls to this model.")
-    rpm: int | None = Field(None, ge=1, description="Requests per minute allowed.")
-    tpm: int | None = Field(None, ge=1, description="Tokens per minute allowed (prompt + "
-                            "completion).")
-    retries: int = Field(4, ge=0, description="Retries on 429, 5xx, connection errors and "
+    max_concurrency: int = Field(4, ge=1, le=MAX_COUNT,
+                                 description="Concurrent calls to this model.")
+    rpm: int | None = Field(None, ge=1, le=MAX_COUNT, description="Requests per minute allowed.")
+    tpm: int | None = Field(None, ge=1, le=MAX_COUNT, description="Tokens per minute allowed "
+                            "(prompt + completion).")
+    retries: int = Field(4, ge=0, le=MAX_COUNT,
+                         description="Retries on 429, 5xx, connection errors and "
                          "timeouts (never on auth or validation errors).")
     backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles each retry, "
                              "with jitter; a server's Retry-After wins.")
     backoff_max_s: float = Field(30.0, ge=0, description="Longest retry delay.")
-    empty_retries: int = Field(2, ge=0, description="Re-asks when the reply is empty.")
+    empty_retries: int = Field(2, ge=0, le=MAX_COUNT,
+                               description="Re-asks when the reply is empty.")
     connect_timeout_s: float = Field(10.0, gt=0, description="Connect timeout per call.")
-    timeout_s: float = Field(600.0, gt=0, description="Read timeout per call.")
+    timeout_s: float = Field(600.0, gt=0, description="Longest a whole call may take (the "
+                             "connection, the request and the whole reply, streamed or not).")
+    max_reply_bytes: int = Field(MAX_REPLY_BYTES, ge=1, le=MAX_COUNT, description="backend="
+                                 "openai: the largest reply taken, in bytes once decoded (a "
+                                 "streamed reply: its text); a larger one is a worker error.")
     transport: Literal["aiohttp", "openai-sdk"] = Field(
         "aiohttp", description="backend=openai: how calls are sent: aiohttp (podium posts the "
         "request itself; a tenth of the SDK's CPU a call) or openai-sdk (through the openai "
         "SDK's AsyncOpenAI).")
-    n_ctx: int = Field(4096, ge=256, description="Context window of an embedded model.")
+    n_ctx: int = Field(4096, ge=256, le=MAX_COUNT,
+                       description="Context window of an embedded model.")
     description: str = Field("", description="Shown to the Conductor only with "
                              "pool_display='descriptions'.")
     price: Price | None = None
@@ -129,6 +146,23 @@ class ModelSpec(_Frozen):
     def _name_not_empty(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("name must not be empty")
+        return v
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url_is_a_url(cls, v: str | None) -> str | None:
+        """A URL podium can call; credentials in it are registered as secrets (a password
+        too short to register is still masked wherever podium shows the URL: `safe_url`)."""
+        if v is None:
+            return v
+        try:
+            parts = urllib.parse.urlsplit(v)
+            parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+        except ValueError as e:
+            raise ValueError(f"{safe_url(v)!r} is not a URL ({e}); write it as "
+                             "http://host:port/v1 or https://host/v1") from None
+        for secret in url_credentials(v):
+            register(secret)  # scrubbed from every message from now on (podium.redact)
         return v
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
@@ -172,25 +206,31 @@ class RunSettings(_Frozen):
     fewshots: str = Field("ood", description="Few-shot set: ood | short | none.")
     pool_display: Literal["masked", "names", "descriptions"] = Field(
         "masked", description="How the Conductor sees workers: masked ids (the paper) or names.")
-    max_steps: int = Field(5, ge=1, description="Longest workflow accepted (the paper: 5).")
-    max_subtask_chars: int = Field(160, ge=10, description="Longest subtask a grammar-"
+    max_steps: int = Field(5, ge=1, le=MAX_COUNT,
+                           description="Longest workflow accepted (the paper: 5).")
+    max_subtask_chars: int = Field(160, ge=10, le=MAX_COUNT,
+                                   description="Longest subtask a grammar-"
                                    "constrained Conductor may write (characters).")
-    max_reason_chars: int = Field(240, ge=1, description="Longest line of reasoning a grammar-"
+    max_reason_chars: int = Field(240, ge=1, le=MAX_COUNT,
+                                  description="Longest line of reasoning a grammar-"
                                   "constrained Conductor may write before its lists.")
-    max_reason_lines: int = Field(3, ge=1, description="Lines of reasoning a grammar-"
+    max_reason_lines: int = Field(3, ge=1, le=MAX_COUNT,
+                                  description="Lines of reasoning a grammar-"
                                   "constrained Conductor may write before its lists.")
     access_mode: Literal["indices", "binary"] = Field(
         "binary", description="binary: only [] or 'all' (the paper's main model); indices: "
         "also lists of step positions (the paper's fine-grained ablation).")
     access_cover: bool = Field(True, description="With access_mode = indices: every step but "
                                "the last must be seen by a later step (the paper's rule).")
-    recursion: int = Field(0, ge=0, description="Recursive Conductor rounds after the first.")
+    recursion: int = Field(0, ge=0, le=MAX_COUNT,
+                           description="Recursive Conductor rounds after the first.")
     recursion_template: str = Field("v1", description="Recursion prompt: v0 | v1 | v2.")
     recursion_format_error: Literal["zero", "keep"] = Field(
         "zero", description="A recursion round whose output is not a valid workflow: zero = a "
         "format error, no answer (the paper's scoring); keep = the previous answer stands.")
     max_prompt_tokens: int | None = Field(
-        16000, ge=256, description="Longest recursion-round Conductor prompt (estimated "
+        16000, ge=256, le=MAX_COUNT,
+        description="Longest recursion-round Conductor prompt (estimated "
         "tokens); the previous answer is cropped only when the prompt would be longer. "
         "None: never crop.")
     previous_round_visibility: Literal["any_all", "per_step"] = Field(
@@ -202,7 +242,7 @@ class RunSettings(_Frozen):
         "continue", description="After a failed step: run the rest, or stop the workflow.")
     fallback: bool = Field(True, description="If the Conductor's output does not parse, answer "
                            "with one step on fallback_worker (and say so).")
-    fallback_worker: int = Field(0, ge=0)
+    fallback_worker: int = Field(0, ge=0, le=MAX_COUNT)
     worker_prefill: bool = Field(True, description="End each worker's messages with a short "
                                  "assistant prefill.")
     worker_messages: Literal["team", "question"] = Field(
@@ -219,9 +259,11 @@ class RunSettings(_Frozen):
                         "cache (--no-cache turns it off).")
     cache_path: str | None = Field(None, description="Response cache file; default "
                                    "$PODIUM_CACHE_DIR or ~/.cache/podium, responses.sqlite.")
-    max_calls: int | None = Field(None, ge=1, description="Per-question cap on model calls "
+    max_calls: int | None = Field(None, ge=1, le=MAX_COUNT,
+                                  description="Per-question cap on model calls "
                                   "(Conductor included).")
-    max_tokens: int | None = Field(None, ge=1, description="Per-question cap on tokens.")
+    max_tokens: int | None = Field(None, ge=1, le=MAX_COUNT,
+                                   description="Per-question cap on tokens.")
     max_cost: float | None = Field(None, ge=0, description="Per-question cap on cost (USD).")
     show_budget: bool = Field(False, description="Show the Conductor the request's budget: "
                               "each worker's line says how many of its calls the budget pays "

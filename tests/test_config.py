@@ -67,3 +67,40 @@ def test_malformed_toml(tmp_path):
     bad.write_text("[conductor\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_pool(bad)
+
+
+@pytest.mark.parametrize(("line", "key", "needle"), [
+    ("temperature = nan", "workers.0.temperature", "finite"),
+    ("top_p = inf", "workers.0.top_p", "finite"),
+    ("max_tokens = 1180591620717411303424", "workers.0.max_tokens", "less than or equal"),
+    ("timeout_s = inf", "workers.0.timeout_s", "finite"),
+    ("price = { input = inf, output = 1.0 }", "workers.0.price.input", "finite"),
+    ('base_url = "http://[::1"', "workers.0.base_url", "is not a URL"),
+    ('base_url = "http://host:port/v1"', "workers.0.base_url", "is not a URL"),
+])
+def test_non_finite_absurd_or_unparseable_settings_are_refused_at_load(line, key, needle,
+                                                                       tmp_path):
+    """Read from a real TOML file: a ConfigError naming the key, never an accepted NaN, an
+    `Infinity` in --json, or "Unexpected error (ValueError)" at the first call."""
+    path = tmp_path / "pool.toml"
+    path.write_text('[conductor]\nbackend = "embedded"\n[[workers]]\nname = "w"\n'
+                    f'backend = "openai"\nmodel = "m"\nbase_url = "http://x/v1"\n{line}\n'
+                    .replace('base_url = "http://x/v1"\nbase_url', 'base_url'))
+    with pytest.raises(ConfigError) as err:
+        load_pool(path)
+    assert f"'{key}'" in str(err.value) and needle in str(err.value)
+    assert "docs/pools.md" in str(err.value)
+
+
+def test_run_caps_must_be_finite():
+    with pytest.raises(ConfigError, match="run.max_cost"):
+        pool_from_dict({**minimal(), "run": {"max_cost": float("inf")}})
+
+
+def test_credentials_in_a_base_url_are_registered_as_secrets():
+    from podium.redact import scrub
+
+    pool_from_dict(minimal(backend="openai", model="m",
+                           base_url="https://bob:hunter2-long-password@gpu.example/v1"))
+    assert scrub("auth hunter2-long-password") == "auth ***"
+    assert scrub("bob:hunter2-long-password@") == "***@"

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import support
 from support import podium
 
 from podium.config import RunSettings, load_pool, pool_from_dict
@@ -185,3 +186,43 @@ def test_secrets_never_leave_their_endpoint(tmp_path):
     for secret in (SECRET, "sk-other-key-42"):
         assert all(secret not in t for t in texts)
         assert all(secret.encode() not in b for b in blobs)
+
+
+@pytest.mark.parametrize("password", ["s3cret-password-77", "pw12"])
+def test_credentials_in_a_base_url_are_never_shown(password, tmp_path):
+    """`pool show`, `pool check` (its failure names the URL it could not reach) and `ask`'s
+    JSON and trace show the URL with its userinfo masked; a password long enough to register
+    is masked wherever it comes back."""
+    from typer.testing import CliRunner
+
+    from podium.cli.main import app
+
+    free_port = support.free_port()  # nothing listens there
+    pool = tmp_path / "pool.toml"
+    pool.write_text(
+        '[conductor]\nbackend = "function"\nfunction = "podium.testing.workers:one_step"\n'
+        f'[[workers]]\nname = "w"\nbackend = "openai"\nmodel = "m"\nretries = 0\n'
+        f'base_url = "http://alice:{password}@127.0.0.1:{free_port}/v1"\n'
+        '[run]\ncache = false\n')
+    runner, trace = CliRunner(), tmp_path / "trace.json"
+    shown = runner.invoke(app, ["pool", "show", "--pool", str(pool)], env={"COLUMNS": "300"})
+    checked = runner.invoke(app, ["pool", "check", "--pool", str(pool)], env={"COLUMNS": "300"})
+    asked = runner.invoke(app, ["ask", "hi", "--pool", str(pool), "--json", "--no-cache",
+                                "--trace", str(trace)])
+    assert shown.exit_code == 0 and "http://***@127.0.0.1" in shown.output, shown.output
+    assert checked.exit_code == 1 and "could not reach http://***@127.0.0.1" in checked.output
+    assert trace.exists()
+    for text in (shown.output, checked.output, asked.output, trace.read_text()):
+        assert password not in text and "alice:" not in text
+
+
+def test_credentials_in_a_base_url_and_a_key_are_refused_together(monkeypatch):
+    """Two Authorization headers cannot be sent: a ConfigError naming the fix, not the HTTP
+    library's ValueError at the first call."""
+    monkeypatch.setenv("PODIUM_CRED_KEY", "sk-cred-test-key-0001")
+    pool = pool_from_dict({"conductor": {"backend": "embedded"}, "workers": [
+        {"name": "w", "backend": "openai", "model": "m", "api_key_env": "PODIUM_CRED_KEY",
+         "base_url": "http://alice:pw@127.0.0.1:9/v1"}]})
+    with pytest.raises(ConfigError, match="carries credentials") as err:
+        build_client(pool.workers[0])
+    assert "http://***@127.0.0.1:9/v1" in str(err.value) and "pw@" not in str(err.value)

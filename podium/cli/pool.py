@@ -6,11 +6,12 @@ import asyncio
 import contextlib
 import time
 
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from podium.cli.output import console as make_console
+from podium.cli.output import safe
 from podium.config import ModelSpec, Pool, load_pool
+from podium.redact import safe_url
 
 PING = [{"role": "user", "content": "Reply with the single word OK."}]
 
@@ -43,22 +44,23 @@ def _limits(spec: ModelSpec) -> str:
 
 
 def pool_table(pool: Pool) -> Table:
-    table = Table(title=f"Pool {pool.source}", title_justify="left")
+    table = Table(title=f"Pool {safe(pool.source)}", title_justify="left")
     for col in ("id", "name", "backend", "model", "endpoint", "key from", "sampling", "limits",
                 "price in/out per 1M"):
         table.add_column(col, overflow="fold")
     rows = [("C", pool.conductor)] + [(str(i), w) for i, w in enumerate(pool.workers)]
     for ident, spec in rows:
-        endpoint = spec.base_url or (spec.function if spec.backend == "function" else "-")
+        endpoint = safe_url(spec.base_url) or (spec.function if spec.backend == "function"
+                                               else "-")
         key = f"${spec.api_key_env}" if spec.api_key_env else "-"  # never the key itself
-        table.add_row(ident, spec.name, spec.backend, spec.model or "-", endpoint or "-", key,
-                      _sampling(spec), _limits(spec), _price(spec))
+        table.add_row(ident, safe(spec.name), spec.backend, safe(spec.model or "-"),
+                      safe(endpoint or "-"), key, _sampling(spec), _limits(spec), _price(spec))
     return table
 
 
 def show(pool_path: str | None) -> int:
     pool = load_pool(pool_path)
-    console = Console()
+    console = make_console()
     console.print(pool_table(pool))
     r = pool.run
     console.print(f"run: prompt {r.prompt} · few-shots {r.fewshots} · display {r.pool_display} · "
@@ -135,22 +137,22 @@ async def _check_all(pool: Pool) -> list[tuple[str, ModelSpec, dict]]:
 
 def check(pool_path: str | None) -> int:
     pool = load_pool(pool_path)
-    console = Console()
-    table = Table(title=f"Checking {pool.source}", title_justify="left")
+    console = make_console()
+    table = Table(title=f"Checking {safe(pool.source)}", title_justify="left")
     for col in ("id", "name", "reachable", "latency", "model", "price in/out per 1M", "failure"):
         table.add_column(col, overflow="fold")
     with console.status("Sending a tiny request to every model…"):
         results = asyncio.run(_check_all(pool))
     for ident, spec, r in results:
-        table.add_row(ident, spec.name, "[green]yes[/]" if r["ok"] else "[red]no[/]",
-                      f"{r['latency']:.2f}s", escape(r.get("model") or "-"), _price(spec),
-                      escape(r.get("kind", "")))
+        table.add_row(ident, safe(spec.name), "[green]yes[/]" if r["ok"] else "[red]no[/]",
+                      f"{r['latency']:.2f}s", safe(r.get("model") or "-"), _price(spec),
+                      safe(r.get("kind", "")))
     console.print(table)
     failures = [(ident, spec, r) for ident, spec, r in results if not r["ok"]]
     # each reason in full, one unwrapped line per model: a table column would fold it into
     # a narrow strip of broken words (and URLs) on an 80-column terminal
     for ident, spec, r in failures:
-        console.print(f"[red]{escape(ident)} {escape(spec.name)}:[/] {escape(r['reason'])}",
+        console.print(f"[red]{safe(ident)} {safe(spec.name)}:[/] {safe(r['reason'])}",
                       soft_wrap=True)
     if failures:
         console.print(f"[red]{len(failures)} of {len(results)} models failed.[/] Fix the "

@@ -40,7 +40,7 @@ How podium's messages and settings map onto the API:
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
 import time
 from typing import Any
@@ -54,11 +54,12 @@ from podium.llm.base import (
     PrefillMode,
     Sampling,
     applied,
+    checked_reply,
     retry_after,
     split_prefill,
     split_system,
 )
-from podium.llm.errors import provider_error, sdk_error_kind
+from podium.llm.errors import deadline_error, provider_error, sdk_error_kind
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,12 @@ def _tokens(usage: Any) -> dict[str, Any]:
     details = getattr(usage, "output_tokens_details", None)
     return {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens,
             "reasoning_tokens": getattr(details, "thinking_tokens", None)}
+
+
+def _label(value: Any) -> str | None:
+    """A reply's label (its id, model, stop reason) when it is a string; else none (the SDK
+    does not check what the API sent)."""
+    return value if isinstance(value, str) else None
 
 
 class AnthropicClient(NoGrammar):
@@ -176,22 +183,27 @@ class AnthropicClient(NoGrammar):
         body, mode, dropped = self._request(messages, sampling)
         start = time.perf_counter()
         try:
-            resp = await self._client.messages.create(**body)
-        except (self._sdk.AnthropicError, json.JSONDecodeError) as exc:
-            raise worker_error(self.spec, exc, self._key) from None
+            async with asyncio.timeout(self.spec.timeout_s):  # the whole call (see timeout_s)
+                resp = await self._client.messages.create(**body)
+        except TimeoutError:
+            raise deadline_error(self.name, "Anthropic", self.spec.base_url or DEFAULT_BASE_URL,
+                                 self.spec.timeout_s) from None
+        except (self._sdk.AnthropicError, ValueError, RecursionError) as exc:
+            raise worker_error(self.spec, exc, self._key) from None  # ValueError: bad JSON
         latency = time.perf_counter() - start
-        text = "".join(getattr(block, "text", "") for block in resp.content
-                       if getattr(block, "type", None) == "text")
-        extra: dict[str, Any] = {"message_id": resp.id}
+        texts = [getattr(block, "text", "") for block in resp.content or []
+                 if getattr(block, "type", None) == "text"]
+        extra: dict[str, Any] = {"message_id": _label(resp.id)}
         if dropped:
             extra["prefill_dropped"] = True
-        return ChatResponse(
-            text=text,
+        return checked_reply(
+            self.name, "Anthropic",
+            text="".join(texts) if all(isinstance(t, str) for t in texts) else texts,
             **_tokens(resp.usage),
-            finish_reason=resp.stop_reason,
+            finish_reason=_label(resp.stop_reason),
             latency_s=latency,
-            model=resp.model or self.spec.model,
-            request_id=getattr(resp, "_request_id", None) or resp.id,
+            model=_label(resp.model) or self.spec.model,
+            request_id=_label(getattr(resp, "_request_id", None)) or _label(resp.id),
             prefill=mode,
             extra=extra,
         )

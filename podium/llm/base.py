@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from podium.errors import ConfigError
-from podium.redact import scrub
+from podium.errors import ConfigError, WorkerError
+from podium.redact import scrub, scrub_all
 
 if TYPE_CHECKING:
     from podium.config import ModelSpec
@@ -29,8 +29,29 @@ Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content":
 PrefillMode = Literal["continued", "as_message", "none"]
 
 
+MAX_TOKEN_COUNT = 2**53  # no call uses more; past it a count is no longer exact in JSON
+
+
+class InvalidReply(ValueError):
+    """What a backend read breaks `ChatResponse`'s rules: the reply is not one (see
+    `checked_reply`)."""
+
+
+def _check_count(name: str, value: Any, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not 0 <= value <= MAX_TOKEN_COUNT:
+        raise InvalidReply(f"its {name} is {scrub(repr(value))[:40]}, not a token count (a "
+                           "non-negative integer)")
+
+
 @dataclass(frozen=True)
 class ChatResponse:
+    """One reply. It is where a backend's bytes become podium's: it holds a reply to its
+    rules (`text` a string, token counts non-negative integers, `InvalidReply` otherwise),
+    and no string in it, however deep, carries a registered secret on (`podium.redact`)."""
+
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -44,15 +65,39 @@ class ChatResponse:
     cache_hit: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:  # a reply never carries a registered key on
-        object.__setattr__(self, "text", scrub(self.text))
-        if any(isinstance(v, str) for v in self.extra.values()):
-            object.__setattr__(self, "extra", {k: scrub(v) if isinstance(v, str) else v
-                                               for k, v in self.extra.items()})
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise InvalidReply(f"its text is {type(self.text).__name__}, not a string")
+        for name in ("prompt_tokens", "completion_tokens", "reasoning_tokens"):
+            _check_count(name, getattr(self, name), optional=name == "reasoning_tokens")
+        for name in ("model", "finish_reason", "request_id"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise InvalidReply(f"its {name} is {type(value).__name__}, not a string")
+        set_field = object.__setattr__
+        set_field(self, "text", scrub(self.text))  # a reply never carries a registered key on
+        set_field(self, "model", scrub(self.model))
+        for name in ("finish_reason", "request_id"):
+            if getattr(self, name) is not None:
+                set_field(self, name, scrub(getattr(self, name)))
+        if self.extra:
+            set_field(self, "extra", scrub_all(self.extra))
+        if self.retries:
+            set_field(self, "retries", scrub_all(tuple(self.retries)))
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+
+def checked_reply(worker: str, vendor: str, **fields: Any) -> ChatResponse:
+    """The `ChatResponse` of `fields`, read from `vendor`'s reply; a `WorkerError` of kind
+    `server` (the worker's fault, retried) when they break its rules: text that is not a
+    string, token counts that are negative, fractional, not finite or not numbers."""
+    try:
+        return ChatResponse(**fields)
+    except InvalidReply as exc:
+        raise WorkerError(worker, "server", f"{vendor} sent a broken reply: {exc}") from None
 
 
 @dataclass(frozen=True)

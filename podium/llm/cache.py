@@ -79,6 +79,31 @@ def _locked(exc: sqlite3.OperationalError) -> bool:
     return "locked" in msg or "busy" in msg
 
 
+def what_to_do(path: Path) -> str:
+    """The fix for a cache at `path` that cannot be used: deleting it is named only for a
+    file that is a podium response cache (never a folder, a link, nor a file podium did not
+    make)."""
+    other = "set another cache_path under [run] in the pool file, or run with --no-cache."
+    if _is_podium_cache(path):
+        return f"Delete {path} (it only holds cached replies), {other}"
+    return other[0].upper() + other[1:]
+
+
+def _is_podium_cache(path: Path) -> bool:
+    """Whether `path` is a file holding podium's responses table (looked at read-only)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=1.0)
+        try:
+            cols = [row[1] for row in conn.execute("PRAGMA table_info(responses)")]
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
+        return False
+    return cols == _COLUMNS
+
+
 class ResponseCache:
     """key -> ChatResponse in one SQLite file; safe for concurrent threads and processes."""
 
@@ -87,17 +112,16 @@ class ResponseCache:
         self._conns: dict[int, sqlite3.Connection] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        fix = (f"Delete {self.path} (it only holds cached replies), set another cache_path "
-               "under [run] in the pool file, or run with --no-cache.")
         try:
             private_file(self.path)  # 0600: it holds full prompts and replies (podium.files)
             self._retry(self._setup)
         except (OSError, sqlite3.DatabaseError) as e:
             self.close()
-            raise ConfigError(f"Response cache {self.path} cannot be used: {e}. {fix}") from None
+            raise ConfigError(f"Response cache {self.path} cannot be used: {e}. "
+                              f"{what_to_do(self.path)}") from None
         except ValueError as e:
             self.close()
-            raise ConfigError(f"Response cache {self.path} {e}. {fix}") from None
+            raise ConfigError(f"Response cache {self.path} {e}. {what_to_do(self.path)}") from None
 
     def _setup(self, conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA journal_mode=WAL")

@@ -24,12 +24,11 @@ kind `transport`, and are retried alike.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 from podium.errors import WorkerError
-from podium.redact import clip, register
+from podium.redact import clip, register, safe_url
 
 MAX_RAW_CHARS = 300
 
@@ -90,7 +89,7 @@ def provider_error(worker: str, kind: str, exc: BaseException, *, vendor: str,
     """The `WorkerError` for `exc`, already classified as `kind` by the backend.
 
     `raw` is the provider's text (default `str(exc)`); `secret` the API key (registered: every
-    message is scrubbed of it, `podium.redact`);
+    message is scrubbed of it, `podium.redact`); `url` is shown with its credentials masked;
     `status` and `retry_after` are carried onto the error unchanged. `timeout_s`, the read
     timeout the call ran with, is named when a transport failure is a read timeout.
     """
@@ -101,7 +100,7 @@ def provider_error(worker: str, kind: str, exc: BaseException, *, vendor: str,
     elif kind == "bad_request" and status == 404:
         hint = HINTS["not_found"]
     timeout = f"timeout_s = {timeout_s:g} s" if timeout_s is not None else "timeout_s"
-    detail = hint.format(vendor=vendor, url=url, timeout=timeout)
+    detail = hint.format(vendor=vendor, url=safe_url(url), timeout=timeout)
     if kind != "auth":
         text = clip(str(exc) if raw is None else raw, MAX_RAW_CHARS)
         code = f" {status}" if status else ""
@@ -110,6 +109,19 @@ def provider_error(worker: str, kind: str, exc: BaseException, *, vendor: str,
         detail = f"{detail} (HTTP {status})"
     return WorkerError(worker, kind, detail, status=status,  # type: ignore[arg-type]
                        retry_after=retry_after)
+
+
+def deadline_error(worker: str, vendor: str, url: str | None, timeout_s: float,
+                   answered: bool | None = None) -> WorkerError:
+    """The `WorkerError` of a call that did not finish within `timeout_s`: the limit on a
+    whole call (connecting, sending and the whole reply, however slowly it drips in).
+    `answered`: whether the reply had begun (its status and headers had come); None when the
+    backend cannot tell."""
+    what = {True: "answered but did not finish its reply",
+            False: "did not answer"}.get(answered, "did not answer, or did not finish its reply,")
+    return WorkerError(worker, "transport", f"{vendor} at {safe_url(url)} {what} within "
+                       f"timeout_s = {timeout_s:g} s (the limit on a whole call); raise "
+                       "timeout_s in the pool file, or check the server's load")
 
 
 def status_kind(status: int, text: str, too_long: Callable[[str], bool]) -> str:
@@ -129,10 +141,11 @@ def status_kind(status: int, text: str, too_long: Callable[[str], bool]) -> str:
 
 def sdk_error_kind(sdk: Any, exc: BaseException, too_long: Callable[[str], bool]) -> str:
     """The kind of an exception from the `openai` or `anthropic` SDK (`sdk`: the module): an
-    error status sorts by `status_kind`. A reply that is not valid JSON (cut off) or not the
-    expected record is a server error: asking again may well work."""
-    if isinstance(exc, json.JSONDecodeError | sdk.APIResponseValidationError):
-        return "server"
+    error status sorts by `status_kind`. A reply that is not valid JSON (cut off, nested too
+    deep to read) or not the expected record is a server error: asking again may well
+    work."""
+    if isinstance(exc, ValueError | RecursionError | sdk.APIResponseValidationError):
+        return "server"  # JSONDecodeError and pydantic's ValidationError are ValueErrors
     if isinstance(exc, sdk.APIConnectionError):  # APITimeoutError included
         return "transport"
     if isinstance(exc, sdk.APIStatusError):

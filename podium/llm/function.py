@@ -3,7 +3,9 @@
 For tools (a calculator, a code runner, a retriever) and for test environments. The callable
 takes the list of chat messages and returns a string or a `ChatResponse`; it may be async.
 An exception it raises becomes a `WorkerError` of kind `other`; a `WorkerError` it raises keeps
-its kind (so a test environment can inject an outage or a rejected key).
+its kind (so a test environment can inject an outage or a rejected key). So does anything else
+it returns (None, a number, a list): a tool's broken result is the tool's failure, recorded
+on the step, never text made up from it.
 """
 
 from __future__ import annotations
@@ -67,7 +69,10 @@ class FunctionClient(NoGrammar):
         latency = time.perf_counter() - start
         if isinstance(out, ChatResponse):
             return out
-        return ChatResponse(text=str(out), latency_s=latency, model=self.spec.function or "",
+        if not isinstance(out, str):
+            raise WorkerError(self.name, "other", f"the function returned "
+                              f"{type(out).__name__}, not a string or a ChatResponse")
+        return ChatResponse(text=out, latency_s=latency, model=self.spec.function or "",
                             finish_reason="stop")
 
     async def aclose(self) -> None:

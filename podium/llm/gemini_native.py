@@ -34,7 +34,7 @@ How podium's messages and settings map onto the API:
 
 from __future__ import annotations
 
-import json
+import asyncio
 import re
 import sys
 import time
@@ -48,11 +48,12 @@ from podium.llm.base import (
     NoGrammar,
     Sampling,
     applied,
+    checked_reply,
     retry_after,
     split_prefill,
     split_system,
 )
-from podium.llm.errors import provider_error
+from podium.llm.errors import deadline_error, provider_error
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 
@@ -98,8 +99,8 @@ def _retry_delay(details: Any) -> float | None:
 
 
 def _error_kind(errors: Any, exc: BaseException) -> str:
-    if isinstance(exc, json.JSONDecodeError):  # a cut-off reply: asking again may work
-        return "server"
+    if isinstance(exc, ValueError | RecursionError):  # a reply cut off, nested too deep or
+        return "server"  # not the expected record (pydantic's ValidationError): ask again
     if isinstance(exc, errors.APIError):
         code = exc.code or 0
         if code in (401, 403):
@@ -209,9 +210,13 @@ class GeminiClient(NoGrammar):
             config = config.model_copy(update={"system_instruction": system})
         start = time.perf_counter()
         try:
-            resp = await self._client.aio.models.generate_content(
-                model=self.spec.model, contents=contents, config=config)
-        except (self._errors.APIError, json.JSONDecodeError, *_transport_errors()) as exc:
+            async with asyncio.timeout(self.spec.timeout_s):  # the whole call (see timeout_s)
+                resp = await self._client.aio.models.generate_content(
+                    model=self.spec.model, contents=contents, config=config)
+        except TimeoutError:
+            raise deadline_error(self.name, "Gemini", self.spec.base_url or DEFAULT_BASE_URL,
+                                 self.spec.timeout_s) from None
+        except (self._errors.APIError, ValueError, RecursionError, *_transport_errors()) as exc:
             raise worker_error(self.spec, exc, self._key) from None
         latency = time.perf_counter() - start
         if not resp.candidates:
@@ -227,7 +232,8 @@ class GeminiClient(NoGrammar):
         text = "".join(p.text for p in parts if p.text and not p.thought)
         usage = resp.usage_metadata
         thoughts = usage.thoughts_token_count if usage else None
-        return ChatResponse(
+        return checked_reply(
+            self.name, "Gemini",
             text=text,
             prompt_tokens=(usage.prompt_token_count or 0) if usage else 0,
             completion_tokens=((usage.candidates_token_count or 0) + (thoughts or 0))

@@ -14,15 +14,25 @@ reply, made one of two ways:
 
 Both send the same request: the same body and headers (the key as a bearer token;
 `OPENAI_ORG_ID` / `OPENAI_PROJECT_ID`, when set, as the SDK sends them), the same connect and
-read timeouts, proxies and CA bundle from the environment. They read the same reply, as plain
-JSON. The SDK's layers (request options, its HTTP client's hooks, its response models) cost
-about ten times the CPU of the aiohttp path a call; with fast workers that was about half of
-a busy `podium serve`'s CPU (benchmarks/README.md).
+read timeouts (with `timeout_s` over the whole call, see below), proxies and CA bundle from
+the environment. They read the same reply, as plain JSON. The SDK's layers (request options,
+its HTTP client's hooks, its response models) cost about ten times the CPU of the aiohttp
+path a call; with fast workers that was about half of a busy `podium serve`'s CPU
+(benchmarks/README.md).
 
 **Streaming.** The step whose reply is the answer may be streamed (`on_text`, see
 `podium.llm.base.ChatClient`): that call goes through the openai SDK's streaming (`stream:
 true` with `stream_options.include_usage`, its SSE parser) on either transport, and each text
 delta is passed on as it arrives; the usage comes from the stream's last chunk.
+
+**A hostile or broken endpoint** is the worker's fault, never podium's: `timeout_s` bounds
+the whole call (connecting, sending, and the whole reply however slowly it drips in, streamed
+or not); a reply is read up to `max_reply_bytes` once decoded (a streamed one: its text), and
+past it is a `WorkerError`; a reply is read as strict JSON (NaN, Infinity and nesting too deep
+to read are bad JSON); and what it holds must be a reply (`checked_reply`: text that is a
+string, token counts that are non-negative integers). Each is a `WorkerError` of kind `server`
+(or `transport` for the deadline), retried. The error bodies the openai SDK reads itself (an
+error status on transport `openai-sdk`) are bounded by `timeout_s` only.
 
 Either way, errors become `WorkerError` in `worker_error` (the message is written by
 `podium.llm.errors`), with the HTTP status and the server's Retry-After when there are any.
@@ -31,6 +41,7 @@ Neither retries: `podium.llm.reliable.ReliableClient` retries, and records every
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -51,11 +62,12 @@ from podium.llm.base import (
     Sampling,
     TextSink,
     applied,
+    checked_reply,
     retry_after,
 )
 from podium.llm.chat_template import load_chat_template
-from podium.llm.errors import provider_error, sdk_error_kind, status_kind
-from podium.redact import clip
+from podium.llm.errors import deadline_error, provider_error, sdk_error_kind, status_kind
+from podium.redact import clip, safe_url, url_credentials
 
 # headers the openai SDK adds from the environment, sent the same way here
 _ENV_HEADERS = (("OPENAI_ORG_ID", "OpenAI-Organization"), ("OPENAI_PROJECT_ID", "OpenAI-Project"))
@@ -72,10 +84,23 @@ class HTTPError(Exception):
         super().__init__(_error_message(body))
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def strict_json(raw: bytes | str) -> Any:
+    """A reply's JSON, strictly: NaN and Infinity (which Python's json takes and no other
+    JSON reader does) and nesting too deep to read are a `ValueError`, as bad JSON is."""
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("the JSON nests too deeply to read") from None
+
+
 def _error_message(body: bytes) -> str:
     text = body.decode("utf-8", "replace")
     try:
-        data = json.loads(text)
+        data = strict_json(text)
     except ValueError:
         return text.strip()
     error = data.get("error") if isinstance(data, dict) else None
@@ -101,7 +126,7 @@ def _too_long(text: str) -> bool:
 def _error_kind(exc: Exception) -> str:
     if isinstance(exc, HTTPError):
         return status_kind(exc.status_code, str(exc), _too_long)
-    if isinstance(exc, aiohttp.ClientError | TimeoutError | OSError):
+    if isinstance(exc, aiohttp.ClientError | httpx2.TransportError | TimeoutError | OSError):
         return "transport"
     if isinstance(exc, ValueError):  # a reply that is not JSON (cut off): asking again may work
         return "server"
@@ -132,6 +157,20 @@ def _fields(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _label(value: Any) -> str | None:
+    """A reply's label (its model, id, finish reason) when it is a string; else none."""
+    return value if isinstance(value, str) else None
+
+
+def _usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """The token counts of a reply's `usage` (left out: 0), as the endpoint wrote them: a
+    count that is not a non-negative integer makes the reply broken (`checked_reply`)."""
+    details = _fields(usage.get("completion_tokens_details"))
+    counts = {k: 0 if usage.get(k) is None else usage[k]
+              for k in ("prompt_tokens", "completion_tokens")}
+    return {**counts, "reasoning_tokens": details.get("reasoning_tokens")}
+
+
 def _first_choice(worker: str, data: Any, path: str) -> dict[str, Any]:
     """The reply's first choice; a WorkerError (retried: asking again may work) when the
     reply is not a completion or has no choices."""
@@ -148,6 +187,23 @@ def _first_choice(worker: str, data: Any, path: str) -> dict[str, Any]:
     return choice
 
 
+def _too_big(worker: str, limit: int) -> WorkerError:
+    return WorkerError(worker, "server", f"the endpoint's reply is larger than max_reply_bytes "
+                       f"= {limit} bytes (decoded); it was cut off there. Raise "
+                       "max_reply_bytes for this model in the pool file if such replies are "
+                       "expected")
+
+
+async def _read_capped(chunks: Any, worker: str, limit: int) -> bytes:
+    """The bytes of an async iterator of chunks, up to `limit`; past it a `WorkerError`."""
+    body = bytearray()
+    async for chunk in chunks:
+        body += chunk
+        if len(body) > limit:
+            raise _too_big(worker, limit)
+    return bytes(body)
+
+
 class OpenAICompatClient:
     """A worker or Conductor behind an OpenAI-compatible `/chat/completions` endpoint."""
 
@@ -158,6 +214,11 @@ class OpenAICompatClient:
         self.name = spec.name
         self._key = spec.api_key()  # ConfigError now if the variable is unset
         self._base = (spec.base_url or "").rstrip("/")
+        if self._key and url_credentials(self._base):
+            raise ConfigError(
+                f"Model {self.name!r}: base_url {safe_url(self._base)} carries credentials "
+                "(user:password@) and api_key_env names a key, but a request carries one "
+                "Authorization header. Remove the credentials from base_url, or api_key_env.")
         self._session: aiohttp.ClientSession | None = None  # transport aiohttp, on first use
         self._proxy: str | None = None
         self._sdk: openai.AsyncOpenAI | None = None
@@ -203,20 +264,29 @@ class OpenAICompatClient:
             connector=aiohttp.TCPConnector(limit=0, ssl=ssl, keepalive_timeout=KEEPALIVE_S))
         return self._session
 
-    async def _post(self, path: str, body: dict[str, Any]) -> tuple[bytes, Any]:
+    async def _post(self, path: str, body: dict[str, Any],
+                    answered: list[bool]) -> tuple[bytes, Any]:
         """The reply's body and headers; a WorkerError for a transport failure or an error
-        status."""
+        status. `answered` gets True once the reply's headers have come."""
+        limit = self.spec.max_reply_bytes
         if self._sdk is not None:
-            try:  # the body is already in wire form: posted as is, the reply read raw
-                resp = await self._sdk.post(path, body=body, cast_to=httpx2.Response)
-            except openai.OpenAIError as exc:
+            try:  # the body is already in wire form: posted as is, the reply read raw, capped
+                stream = await self._sdk.post(path, body=body, cast_to=object, stream=True,
+                                              stream_cls=openai.AsyncStream[object])
+                answered.append(True)
+                try:
+                    raw = await _read_capped(stream.response.aiter_bytes(), self.name, limit)
+                finally:
+                    await stream.response.aclose()
+            except (openai.OpenAIError, httpx2.TransportError) as exc:
                 raise worker_error(self.spec, exc, self._key) from None
-            return resp.content, resp.headers
+            return raw, stream.response.headers
         session = self._session or self._open()
         try:
             async with session.post(self._base + path, data=json.dumps(body).encode(),
                                     proxy=self._proxy) as resp:
-                raw = await resp.read()
+                answered.append(True)
+                raw = await _read_capped(resp.content.iter_chunked(1 << 16), self.name, limit)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise worker_error(self.spec, exc, self._key) from None
         if resp.status >= 400:
@@ -286,44 +356,50 @@ class OpenAICompatClient:
         body = self._request(messages, grammar, sampling)
         # a `prompt` body is a prefill to continue on /completions (`prefill = "completions"`)
         path = "/completions" if "prompt" in body else "/chat/completions"
-        if on_text is not None:
-            return await self._streamed(messages, path, body, on_text)
-        start = time.perf_counter()
-        raw, headers = await self._post(path, body)
+        answered: list[bool] = []  # the reply's status and headers came
+        try:  # timeout_s bounds the whole call, not only each wait for the next bytes
+            async with asyncio.timeout(self.spec.timeout_s):
+                if on_text is not None:
+                    return await self._streamed(messages, path, body, on_text, answered)
+                start = time.perf_counter()
+                raw, headers = await self._post(path, body, answered)
+        except TimeoutError:
+            raise deadline_error(self.name, "the endpoint", self._base, self.spec.timeout_s,
+                                 bool(answered)) from None
         return self._reply(messages, path, body, raw, headers, time.perf_counter() - start)
 
     def _reply(self, messages: list[Message], path: str, body: dict[str, Any], raw: bytes,
                headers: Any, latency: float) -> ChatResponse:
         """The ChatResponse of a whole (not streamed) reply."""
         try:
-            data = json.loads(raw)  # whatever the content-type says, as the SDK reads it
+            data = strict_json(raw)  # whatever the content-type says, as the SDK reads it
         except ValueError as exc:
             kind = headers.get("content-type", "")
             if "json" not in kind:  # a web page, say: base_url names something else
                 raise WorkerError(self.name, "server", f"the endpoint's reply to {path} is "
                                   f"not JSON (content-type {kind or 'none'!r}); check "
                                   "base_url") from None
-            raise worker_error(self.spec, exc, self._key) from None  # cut off: ask again
+            raise WorkerError(self.name, "server", f"the endpoint's reply to {path} is not "
+                              f"valid JSON ({clip(str(exc), 120)}): cut off, or broken; asking "
+                              "again may work") from None
         choice = _first_choice(self.name, data, path)
-        usage = _fields(data.get("usage"))
-        details = _fields(usage.get("completion_tokens_details"))
         text = choice.get("text") if "prompt" in body else _fields(choice.get("message")).get(
             "content")
-        return ChatResponse(
-            text=text or "",
-            prompt_tokens=usage.get("prompt_tokens") or 0,
-            completion_tokens=usage.get("completion_tokens") or 0,
-            reasoning_tokens=details.get("reasoning_tokens"),
-            finish_reason=choice.get("finish_reason"),
+        return checked_reply(
+            self.name, "the endpoint",
+            text="" if text is None else text,
+            **_usage(_fields(data.get("usage"))),
+            finish_reason=_label(choice.get("finish_reason")),
             latency_s=latency,
-            model=data.get("model") or self.spec.model,
-            request_id=headers.get("x-request-id") or data.get("id"),
+            model=_label(data.get("model")) or self.spec.model,
+            request_id=headers.get("x-request-id") or _label(data.get("id")),
             prefill=self._prefill_mode(messages),
         )
 
     async def _streamed(self, messages: list[Message], path: str, body: dict[str, Any],
-                        on_text: TextSink) -> ChatResponse:
-        """The call streamed through the SDK, each text delta passed to `on_text`."""
+                        on_text: TextSink, answered: list[bool]) -> ChatResponse:
+        """The call streamed through the SDK, each text delta passed to `on_text`;
+        `answered` gets True once the reply's headers have come."""
         self._sdk = self._sdk or self._make_sdk()
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         start = time.perf_counter()
@@ -334,40 +410,52 @@ class OpenAICompatClient:
             stream = await self._sdk.post(path, body=body, cast_to=object, stream=True,
                                           stream_cls=openai.AsyncStream[object])
             headers = stream.response.headers
+            answered.append(True)
             if "text/event-stream" not in headers.get("content-type", ""):
                 # a server that ignores `stream` (or a reply that is no completion at all)
-                raw = await stream.response.aread()
+                raw = await _read_capped(stream.response.aiter_bytes(), self.name,
+                                        self.spec.max_reply_bytes)
                 reply = self._reply(messages, path, body, raw, headers,
                                     time.perf_counter() - start)
                 if reply.text:
                     on_text(reply.text)
                 return reply
             rid = headers.get("x-request-id")
+            size = 0
             async for chunk in stream:
                 if not isinstance(chunk, dict):
                     continue
-                model, rid = chunk.get("model") or model, rid or chunk.get("id")
+                model, rid = _label(chunk.get("model")) or model, rid or _label(chunk.get("id"))
                 usage = _fields(chunk.get("usage")) or usage
                 for choice in chunk.get("choices") or []:
                     if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                         continue
                     text = (choice.get("text") if "prompt" in body
                             else _fields(choice.get("delta")).get("content"))
+                    if text is not None and not isinstance(text, str):
+                        raise WorkerError(self.name, "server", "the endpoint sent a broken "
+                                          f"stream: a piece of text is {type(text).__name__}, "
+                                          "not a string")
                     if text:
+                        size += len(text)
+                        if size > self.spec.max_reply_bytes:
+                            raise _too_big(self.name, self.spec.max_reply_bytes)
                         pieces.append(text)
                         on_text(text)
-                    finish = choice.get("finish_reason") or finish
-        except openai.OpenAIError as exc:
+                    finish = _label(choice.get("finish_reason")) or finish
+        except (openai.OpenAIError, httpx2.TransportError) as exc:
             raise worker_error(self.spec, exc, self._key) from None
+        except (ValueError, RecursionError) as exc:  # an event whose data is not JSON
+            raise WorkerError(self.name, "server", "the endpoint sent a broken stream (an "
+                              f"event that is not JSON: {type(exc).__name__}: "
+                              f"{clip(str(exc), 120)})") from None
         if finish is None:  # no last chunk: the connection ended mid-reply
             raise WorkerError(self.name, "server", "the endpoint's stream ended before the "
                               f"reply was complete ({len(''.join(pieces))} characters in)")
-        details = _fields(usage.get("completion_tokens_details"))
-        return ChatResponse(
+        return checked_reply(
+            self.name, "the endpoint",
             text="".join(pieces),
-            prompt_tokens=usage.get("prompt_tokens") or 0,
-            completion_tokens=usage.get("completion_tokens") or 0,
-            reasoning_tokens=details.get("reasoning_tokens"),
+            **_usage(usage),
             finish_reason=finish,
             latency_s=time.perf_counter() - start,
             model=model or self.spec.model,

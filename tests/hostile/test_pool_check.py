@@ -221,8 +221,9 @@ def test_a_silent_server_is_a_read_timeout_not_unreachable(silent_server, monkey
     message = str(info.value)
     assert info.value.kind == "transport" and info.value.retryable
     assert "could not reach" not in message
-    assert f"the endpoint at {silent_server} accepted the connection but did not answer " \
-           "within timeout_s = 0.5 s" in message
+    # the server's silence outlasts timeout_s: a read timeout, or the whole call's deadline
+    assert f"the endpoint at {silent_server}" in message
+    assert "did not answer within timeout_s = 0.5 s" in message
     assert "raise timeout_s in the pool file" in message and "server's load" in message
 
 

@@ -33,7 +33,7 @@ class Hostile(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.status == 200:
             body = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1,
-                    "model": "m", "choices": [{"index": 0, "finish_reason": "stop",
+                    "model": HOSTILE, "choices": [{"index": 0, "finish_reason": "stop",
                                                "message": {"role": "assistant",
                                                            "content": HOSTILE}}],
                     "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}
@@ -103,6 +103,19 @@ def test_no_control_byte_from_a_worker_reaches_the_terminal(tmp_path, endpoint, 
                       "\\x00\\x7f", "\\u202eevil", "[bold red]MARKUP[/]",
                       "[link=https://evil.example]L[/link]", ":thumbs_up:"):
             assert shown in text, (shown, text)
+
+
+def test_pool_check_shows_an_endpoints_text_escaped(tmp_path, endpoint):
+    """`pool check` prints the model name an endpoint reports and its error text: both as
+    text, never as commands to the terminal."""
+    status, url = endpoint
+    proc = support.podium("pool", "check", "--pool", str(pool_file(tmp_path, url)),
+                          columns=400, text=False)
+    out = proc.stdout + proc.stderr
+    assert b"Traceback" not in out
+    for raw in RAW:
+        assert raw not in out, (raw, out)
+    assert b"\\x1b[2J" in out and b"[bold red]MARKUP[/]" in out, out
 
 
 def test_json_output_is_the_exact_reply_as_strict_json(tmp_path, endpoint):

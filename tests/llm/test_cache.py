@@ -8,13 +8,20 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
 from podium.llm.base import ChatResponse
-from podium.llm.cache import CachedClient, ResponseCache, cache_key, default_cache_path
+from podium.llm.cache import (
+    CachedClient,
+    ResponseCache,
+    cache_key,
+    default_cache_path,
+    what_to_do,
+)
 
 MSGS = [{"role": "user", "content": "What is 2+2?"}]
 SECRET = "sk-test-SECRET-do-not-store-1234"
@@ -290,3 +297,29 @@ def test_aclose_is_delegated(cache):
     asyncio.run(CachedClient(inner, spec(), cache).aclose())
     asyncio.run(CachedClient(FakeClient(), spec(), cache).aclose())  # no aclose: fine
     assert inner.closed
+
+
+@pytest.mark.parametrize("where", ["root", "folder", "foreign", "corrupt"])
+def test_deleting_is_never_suggested_for_what_podium_did_not_make(where, tmp_path):
+    """A cache_path that is a folder (even /), another program's database or a damaged file:
+    the fix is another cache_path, never "Delete" it."""
+    path = {"root": Path("/"), "folder": tmp_path, "foreign": tmp_path / "other.sqlite",
+            "corrupt": tmp_path / "responses.sqlite"}[where]
+    if where == "foreign":
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE responses (id INTEGER, body BLOB)")
+    if where == "corrupt":
+        path.write_bytes(b"this is not a database\x00\xff" * 200)
+    with pytest.raises(ConfigError) as info:
+        ResponseCache(path)
+    assert "Delete" not in str(info.value) and "delete" not in str(info.value)
+    assert "cache_path" in str(info.value) and "--no-cache" in str(info.value)
+
+
+def test_deleting_is_suggested_only_for_a_podium_cache_file(tmp_path):
+    path = tmp_path / "responses.sqlite"
+    ResponseCache(path).close()
+    assert what_to_do(path).startswith(f"Delete {path} (it only holds cached replies)")
+    (tmp_path / "link.sqlite").symlink_to(path)  # what a link points at is not for deleting
+    for other in (tmp_path / "link.sqlite", tmp_path, Path("/"), tmp_path / "missing"):
+        assert "Delete" not in what_to_do(other) and "cache_path" in what_to_do(other)

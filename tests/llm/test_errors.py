@@ -5,13 +5,14 @@ test_reliable.py."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 
 import pytest
 
 from podium.config import ModelSpec
-from podium.errors import ConfigError
+from podium.errors import ConfigError, WorkerError
 from podium.llm.errors import HINTS, provider_error, sdk_error_kind
 from podium.llm.function import FunctionClient
 
@@ -90,3 +91,13 @@ def test_backends_without_grammar_say_what_to_do() -> None:
                                           "grammar. Set constrained = false"):
         client.refuse_grammar('root ::= "a"')
     client.refuse_grammar(None)
+
+
+@pytest.mark.parametrize("returned", [None, 5, ["a"], {"text": "a"}])
+def test_a_function_that_returns_no_reply_fails_as_the_function(returned) -> None:
+    """Not text made up from it ("None", "5"): the tool's failure, recorded on the step."""
+    client = FunctionClient(ModelSpec(name="tool", backend="function", function="x:y"),
+                            fn=lambda messages: returned)
+    with pytest.raises(WorkerError) as caught:
+        asyncio.run(client.chat([{"role": "user", "content": "hi"}]))
+    assert caught.value.kind == "other" and type(returned).__name__ in str(caught.value)

@@ -1,9 +1,12 @@
-"""An endpoint that echoes the request's Authorization header back, in every shape a reply can
+r"""An endpoint that echoes the request's Authorization header back, in every shape a reply can
 take, never gets the key into what podium prints, traces or raises (`podium.redact`).
 
 The server is a real HTTP server on localhost; each model name picks a shape: a 200 that is
 not a completion, a redirect to a URL holding the key, a 400, a 500, an event stream instead of
-JSON, and a completion whose content is the key. `podium ask --trace --debug`, `podium pool
+JSON, a completion whose content is the key; a completion with the key as its `model`, its
+`id`, its `finish_reason` or its `X-Request-Id` header; a 500 whose (cut-off, so quoted raw)
+body writes the key `\u`-escaped; and a completion whose text holds it `\u`-escaped. A leak
+is the key, a piece of it, or a piece of it in escapes. `podium ask --trace --debug`, `podium pool
 check` and `podium serve` (its replies, streams, log and traces) run against each, and every
 sink is searched for the key; so are the files of a `podium eval` against each shape, and a
 worker served as a model of its own (`--pass-through`).
@@ -26,9 +29,27 @@ from podium.cli.main import app
 
 KEY = "sk-echo-0123456789abcdefSECRET"
 SERVE_KEY = "sk-podium-echo-test-serve-key"
+LABELS = ("in_model", "in_id", "in_finish", "in_header")  # the key in a reply's label
+FIELDS = (*LABELS, "escaped_content")  # 200s
 SHAPES = ("not_a_completion", "redirect", "bad_request", "server_error", "event_stream",
-          "content")
-QUOTED = ("not_a_completion", "bad_request", "server_error", "content")
+          "content", "escaped_error", *FIELDS)
+QUOTED = ("not_a_completion", "bad_request", "server_error", "content", "escaped_error",
+          *FIELDS)
+
+
+def escaped(text: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" for c in text)
+
+
+def leaks(text: str) -> bool:
+    """Whether `text` holds the key, a piece of it, or a piece of it `\\u`-escaped (in any
+    hex case, its backslashes doubled or not)."""
+    flat = text.lower().replace("\\", "")
+    return KEY in text or KEY[8:20] in text or escaped(KEY[8:20]).replace("\\", "") in flat
+
+
+def leaked_lines(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if leaks(line))[:3000]
 
 
 class Echo(BaseHTTPRequestHandler):
@@ -41,6 +62,7 @@ class Echo(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
         auth = self.headers.get("Authorization", "")
+        key = auth.split()[-1] if auth else ""
         shape = body.get("model", "")
         if shape == "not_a_completion":
             self._send(200, {"debug": {"headers": {"Authorization": auth}}})
@@ -53,6 +75,22 @@ class Echo(BaseHTTPRequestHandler):
             self._send(400, {"error": {"message": f"bad request from {auth}"}})
         elif shape == "server_error":
             self._send(500, {"error": {"message": f"upstream failed for {auth}"}})
+        elif shape == "escaped_error":  # cut off: not JSON, so quoted as it came
+            data = f'{{"error": {{"message": "upstream failed for {escaped(key)}'.encode()
+            self.send_response(500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        elif shape in FIELDS:
+            self._send(200, {
+                "id": key if shape == "in_id" else "x", "object": "chat.completion",
+                "model": key if shape == "in_model" else shape,
+                "choices": [{"index": 0, "finish_reason": key if shape == "in_finish" else "stop",
+                             "message": {"role": "assistant", "content": escaped(key)
+                                         if shape == "escaped_content" else "5"}}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 3}},
+                headers={"X-Request-Id": key} if shape == "in_header" else {})
         elif shape == "event_stream":
             data = f'data: {{"error": {{"message": "{auth}"}}}}\n\n'.encode()
             self.send_response(200)
@@ -66,10 +104,12 @@ class Echo(BaseHTTPRequestHandler):
                                  "role": "assistant", "content": f"your header: {auth}"}}],
                              "usage": {"prompt_tokens": 3, "completion_tokens": 3}})
 
-    def _send(self, status: int, payload: dict) -> None:
+    def _send(self, status: int, payload: dict, headers: dict | None = None) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -124,14 +164,15 @@ def test_an_echoed_key_reaches_no_output_and_no_trace(shape, echo_url, tmp_path,
              "trace": trace.read_text() if trace.exists() else ""}
     assert sinks["trace"], asked.output  # the run was recorded
     for where, text in sinks.items():
-        assert KEY not in text, f"{shape}: the key is in {where}:\n{text[-3000:]}"
-        assert KEY[8:20] not in text, f"{shape}: part of the key is in {where}"
+        assert not leaks(text), f"{shape}: the key is in {where}:\n{text[-3000:]}"
     if shape in QUOTED:  # podium quotes what came back: the key was there, and masked
         assert "***" in sinks["trace"]
+    if shape == "in_model":  # `pool check`'s table shows the model that answered: masked
+        assert "***" in checked.output, checked.output
 
 
 @pytest.mark.parametrize("shape", ("not_a_completion", "bad_request", "server_error",
-                                   "content"))
+                                   "content", "escaped_error", *FIELDS))
 def test_a_served_team_answers_api_clients_without_the_echoed_key(shape, echo_url, tmp_path,
                                                                    monkeypatch):
     """Through `podium serve`: the error body (and the stream's error event) or the answer
@@ -154,12 +195,14 @@ def test_a_served_team_answers_api_clients_without_the_echoed_key(shape, echo_ur
     finally:
         logging.getLogger().removeHandler(records)
     traces = "".join(p.read_text() for p in (tmp_path / "traces").glob("*.json"))
-    assert plain.status_code == (200 if shape == "content" else 502), plain.text
+    assert plain.status_code == (200 if shape in ("content", *FIELDS) else 502), plain.text
     assert direct.status_code == plain.status_code, direct.text
-    assert traces and "***" in plain.text + streamed.text and "***" in direct.text
+    assert traces and "***" in traces
+    if shape in ("content", "escaped_content"):  # the answer quotes it (an error's details
+        assert "***" in plain.text + streamed.text and "***" in direct.text  # stay in traces)
     for where, text in {"reply": plain.text, "stream": streamed.text, "log": records.text,
                         "pass-through reply": direct.text, "traces": traces}.items():
-        assert KEY not in text and KEY[8:20] not in text, f"{shape}: the key is in {where}"
+        assert not leaks(text), f"{shape}: the key is in {where}: {leaked_lines(text)}"
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -173,12 +216,14 @@ def test_podium_eval_writes_no_echoed_key(shape, echo_url, tmp_path, monkeypatch
     result = CliRunner().invoke(app, [
         "eval", "--task", f"jsonl:{data}", "--pool", str(pool(tmp_path, echo_url, shape)),
         "--repeats", "1", "--out", str(out), "--task-option", "grader=numeric", "--no-cache",
-        "--debug"])
+        "--traces", "--debug"])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     files = {str(p.relative_to(out)): p.read_bytes().decode("utf-8", "replace")
              for p in out.rglob("*") if p.is_file()}
     assert "results.jsonl" in files, (result.output, list(files))
     for where, text in {**files, "output": result.output}.items():
-        assert KEY not in text and KEY[8:20] not in text, f"{shape}: the key is in {where}"
-    if shape in QUOTED:
+        assert not leaks(text), f"{shape}: the key is in {where}: {leaked_lines(text)}"
+    if shape in QUOTED and shape not in LABELS:  # results hold no labels; traces do
         assert "***" in files["results.jsonl"]
+    if shape in QUOTED:
+        assert any("***" in text for name, text in files.items() if "trace" in name), list(files)
