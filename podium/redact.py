@@ -36,9 +36,8 @@ without a backslash or a percent sign (nearly all) is searched for the plain key
 `safe_url` is how a URL is shown: with any `user:password@` masked (a `base_url` may carry
 credentials, and a short password cannot be registered; see `MIN_LENGTH`).
 
-A registered secret is replaced by `***` wherever it appears. Values shorter than
-`MIN_LENGTH` are not registered (scrubbing a two-letter "key" would mangle ordinary text);
-real keys are far longer.
+Values shorter than `MIN_LENGTH` are not registered (scrubbing a two-letter "key" would
+mangle ordinary text); real keys are far longer.
 """
 
 from __future__ import annotations
