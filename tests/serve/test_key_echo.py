@@ -14,8 +14,10 @@ worker served as a model of its own (`--pass-through`).
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -192,6 +194,11 @@ def test_a_served_team_answers_api_clients_without_the_echoed_key(shape, echo_ur
             direct = httpx.post(f"{server.base}/v1/chat/completions",
                                 json={**body, "model": "echo"}, headers=auth(SERVE_KEY),
                                 timeout=30)
+            metrics = httpx.get(f"{server.base}/metrics", headers=auth(SERVE_KEY)).text
+            viewer = basic_auth(SERVE_KEY)
+            pages = [httpx.get(f"{server.base}/traces", headers=viewer).text]
+            pages += [httpx.get(f"{server.base}/traces/{tid}", headers=viewer).text
+                      for tid in set(re.findall(r"tr-[0-9a-f]{32}", pages[0]))]
     finally:
         logging.getLogger().removeHandler(records)
     traces = "".join(p.read_text() for p in (tmp_path / "traces").glob("*.json"))
@@ -200,9 +207,37 @@ def test_a_served_team_answers_api_clients_without_the_echoed_key(shape, echo_ur
     assert traces and "***" in traces
     if shape in ("content", "escaped_content"):  # the answer quotes it (an error's details
         assert "***" in plain.text + streamed.text and "***" in direct.text  # stay in traces)
+    assert "podium_" in metrics and len(pages) > 1 and all("<html" in p for p in pages)
     for where, text in {"reply": plain.text, "stream": streamed.text, "log": records.text,
-                        "pass-through reply": direct.text, "traces": traces}.items():
+                        "pass-through reply": direct.text, "traces": traces,
+                        "/metrics": metrics, "viewer": "".join(pages)}.items():
         assert not leaks(text), f"{shape}: the key is in {where}: {leaked_lines(text)}"
+
+
+def basic_auth(key: str) -> dict:
+    """The viewer's Basic auth header (a browser's), the key as its password."""
+    return {"Authorization": "Basic " + base64.b64encode(f"me:{key}".encode()).decode()}
+
+
+@pytest.mark.parametrize("shape", ("content", "escaped_content", *LABELS))
+def test_the_response_cache_stores_no_echoed_key(shape, echo_url, tmp_path, monkeypatch):
+    """A reply that quotes the key is cached (and answered again from the cache) with the key
+    masked: the SQLite file's bytes hold no piece of it."""
+    monkeypatch.setenv("PODIUM_ECHO_KEY", KEY)
+    path = pool(tmp_path, echo_url, shape)
+    cache = tmp_path / "cache.sqlite"
+    path.write_text(path.read_text().replace("cache = false",
+                                             f'cache = true\ncache_path = "{cache}"'))
+    runner = CliRunner()
+    asked = [runner.invoke(app, ["ask", "What is 2 + 3?", "--pool", str(path), "--json"])
+             for _ in range(2)]
+    for result in asked:
+        assert result.exit_code == 0, result.output
+        assert not leaks(result.output), leaked_lines(result.output)
+    assert json.loads(asked[1].output)["steps"][0]["cache_hit"], asked[1].output
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("cache.sqlite*"))
+    assert stored and not leaks(stored.decode("utf-8", "replace")), leaked_lines(
+        stored.decode("utf-8", "replace"))
 
 
 @pytest.mark.parametrize("shape", SHAPES)
