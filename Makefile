@@ -60,8 +60,9 @@ test: venv
 test-all: venv
 	$(PY) -m pytest -q -m "slow or not slow"
 
-lint: venv
+lint: venv  # ruff, then mypy (with the pydantic plugin) over podium/: [tool.mypy] in pyproject.toml
 	$(VENV)/bin/ruff check podium tests benchmarks
+	$(VENV)/bin/mypy
 
 bench: venv
 	$(PY) benchmarks/executor.py

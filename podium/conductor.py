@@ -162,20 +162,18 @@ class Conductor:
 
     async def _generate(self, index: int, messages: list[Message], view: PoolView,
                         allow_empty: bool, sample_id: int | str) -> ConductorTurn:
-        base = {"round": index, "messages": messages, "constrained": self.constrained,
-                "view": view}
+        failed = ConductorTurn(round=index, messages=messages, constrained=self.constrained,
+                               view=view, cost=self._cost(0, 0))
         start = time.perf_counter()
         try:
             resp = await self.client.chat(messages, grammar=self._grammar(view, allow_empty),
                                           sample_id=sample_id)
         except WorkerError as exc:
-            return ConductorTurn(**base, error=str(exc), error_kind=exc.kind,
-                                 retries=list(exc.retries), cost=self._cost(0, 0),
-                                 latency_s=time.perf_counter() - start)
+            return replace(failed, error=str(exc), error_kind=exc.kind, retries=list(exc.retries),
+                           latency_s=time.perf_counter() - start)
         except Exception as exc:  # a backend that did not convert its error: recorded, not raised
-            return ConductorTurn(**base, error=f"{type(exc).__name__}: {exc}",
-                                 error_kind=INTERNAL, cost=self._cost(0, 0),
-                                 latency_s=time.perf_counter() - start)
+            return replace(failed, error=f"{type(exc).__name__}: {exc}", error_kind=INTERNAL,
+                           latency_s=time.perf_counter() - start)
         return self.read(resp.text, view, index=index, messages=messages,
                          allow_empty=allow_empty, prompt_tokens=resp.prompt_tokens,
                          completion_tokens=resp.completion_tokens, latency_s=resp.latency_s,

@@ -182,7 +182,8 @@ class Pipeline:
         prices = budget.call_prices(self.pool.workers)
         steps = [s for r in rounds if r.run for s in r.run.steps]
         costs = [s.cost for s in steps if s.status in ("ok", "error")]
-        charged = None if any(c is None for c in costs) else sum(costs)  # type: ignore[misc]
+        known = [c for c in costs if c is not None]
+        charged = sum(known) if len(known) == len(costs) else None
         return BudgetCheck(budget.amount, plan_price([s.worker for s in steps], prices),
                            charged)
 

@@ -90,10 +90,10 @@ def make_view(workers: Sequence[ModelSpec], indices: Sequence[int] | None = None
     entries = tuple(PoolEntry(s, workers[i].name, workers[i].description, calls[i])
                     for s, i in zip(shown, chosen, strict=True))
     space = len(workers) if ids == "original" else len(chosen)
-    keep = budget is not None and (calls_cap is not None or held)
+    kept = budget if calls_cap is not None or held else None
     return PoolView(entries, tuple(zip(shown, chosen, strict=True)), space,
-                    budget.amount if keep else None,
-                    tuple(prices[i] for i in chosen) if keep else None)
+                    kept.amount if kept is not None else None,
+                    tuple(prices[i] for i in chosen) if kept is not None else None)
 
 
 def settings_view(workers: Sequence[ModelSpec], settings: RunSettings,

@@ -79,7 +79,7 @@ def run_ask(question: str, *, pool: str | None, recursion: int | None,
             write_private(trace, strict_json(data, indent=2, ensure_ascii=False))
         except OSError as exc:  # a full disk, a path changed under the run: keep the answer
             trace_failed, trace = f"{exc.strerror or exc} ({trace})", None
-    if json_out:
+    if show is None:  # --json
         sys.stdout.write(output.json_line(data))
     else:
         show.summary(result, trace)

@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
+from rich.status import Status
 from rich.table import Table
 
 from podium.errors import ConfigError, WorkerError
@@ -95,7 +96,7 @@ class LiveView:
         self.console = console
         self.verbose = verbose
         self.worker_names: list[str] = []
-        self._status = None
+        self._status: Status | None = None
 
     def header(self, pool, chosen: list[int] | None = None) -> None:
         self.worker_names = [w.name for w in pool.workers]

@@ -191,7 +191,8 @@ class EmbeddedClient:
 
         model = self._store.get(self._path, spec.n_ctx)
         history, prefill = split_prefill(messages)
-        formatted = model.format(messages=history)
+        # (llama_cpp types messages as one TypedDict per role; ours are plain dicts of them)
+        formatted = model.format(messages=history)  # type: ignore[arg-type]
         prompt = formatted.prompt + (prefill or "")
         stop = list(spec.stop or []) + [s for s in (formatted.stop or []) if s]
         kwargs: dict[str, Any] = {
@@ -219,8 +220,9 @@ class EmbeddedClient:
                                   f"the prompt has {n_prompt} tokens and max_tokens is "
                                   f"{kwargs['max_tokens']}, over n_ctx={spec.n_ctx}; raise "
                                   "n_ctx or lower max_tokens in the pool file")
-            if on_piece is None:
-                out = model.llm.create_completion(prompt, **kwargs)
+            out: dict[str, Any]
+            if on_piece is None:  # (llama_cpp's type is the union of its stream's and this)
+                out = model.llm.create_completion(prompt, **kwargs)  # type: ignore[assignment]
             else:
                 out = _streamed(model.llm, prompt, kwargs, on_piece)
         choice = out["choices"][0]

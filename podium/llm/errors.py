@@ -117,8 +117,8 @@ def deadline_error(worker: str, vendor: str, url: str | None, timeout_s: float,
     whole call (connecting, sending and the whole reply, however slowly it drips in).
     `answered`: whether the reply had begun (its status and headers had come); None when the
     backend cannot tell."""
-    what = {True: "answered but did not finish its reply",
-            False: "did not answer"}.get(answered, "did not answer, or did not finish its reply,")
+    what = {True: "answered but did not finish its reply", False: "did not answer",
+            None: "did not answer, or did not finish its reply,"}[answered]
     return WorkerError(worker, "transport", f"{vendor} at {safe_url(url)} {what} within "
                        f"timeout_s = {timeout_s:g} s (the limit on a whole call); raise "
                        "timeout_s in the pool file, or check the server's load")

@@ -142,7 +142,7 @@ def _contents(messages: list[Message]) -> tuple[list[dict[str, Any]], str | None
     """Gemini `contents`, the system instruction, and whether a prefill was folded in."""
     system, turns = split_system(messages)
     rest, prefill = split_prefill(turns)
-    contents = [{"role": "model" if m.get("role") == "assistant" else "user",
+    contents: list[dict[str, Any]] = [{"role": "model" if m.get("role") == "assistant" else "user",
                  "parts": [{"text": m.get("content", "")}]} for m in rest]
     if prefill:  # an empty prefill is no prefill
         if contents and contents[-1]["role"] == "user":

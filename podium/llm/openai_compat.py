@@ -113,7 +113,8 @@ def _env_proxy(url: str) -> str | None:
     """The proxy the environment names for `url` (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, and
     NO_PROXY to go direct), as the SDK's httpx client finds it; None to go direct."""
     parts = urllib.parse.urlsplit(url)
-    if urllib.request.proxy_bypass_environment(parts.hostname or ""):
+    # (in urllib.request since Python 3.2, though not in its documentation nor its stubs)
+    if urllib.request.proxy_bypass_environment(parts.hostname or ""):  # type: ignore[attr-defined]
         return None
     proxies = urllib.request.getproxies_environment()
     return proxies.get(parts.scheme) or proxies.get("all")
@@ -141,7 +142,7 @@ def worker_error(spec: ModelSpec, exc: Exception, secret: str | None) -> WorkerE
         getattr(exc, "response", None), "headers", None)
     raw = None
     if isinstance(exc, openai.APIConnectionError):  # the SDK's text is only "Connection error."
-        root = exc  # or "Request timed out.": what the HTTP stack said is under it
+        root: BaseException = exc  # or "Request timed out.": what the HTTP stack said is under it
         while root.__cause__ is not None:
             root = root.__cause__
         if root is not exc:

@@ -149,9 +149,10 @@ class ReliableClient(ClientWrapper):
         errors = empties = 0  # retries used on failures, re-asks used on empty replies
         sent: list[str] = []
 
-        def passed_on(piece: str) -> None:
+        def passed_on(piece: str) -> None:  # the stream's sink when there is `on_text`
             sent.append(piece)
-            on_text(piece)
+            if on_text is not None:
+                on_text(piece)
 
         while True:
             attempt = len(records) + 1

@@ -44,7 +44,8 @@ def _load(path: str) -> tuple[Any, Any, threading.Lock]:
             dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
             tokenizer = AutoTokenizer.from_pretrained(path)
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-            model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+            # (transformers wraps `to` in a decorator whose type drops the bound `self`)
+            model.to("cuda" if torch.cuda.is_available() else "cpu").eval()  # type: ignore[arg-type]
             _LOADED[path] = (model, tokenizer, threading.Lock())
         return _LOADED[path]
 

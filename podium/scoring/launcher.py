@@ -25,6 +25,7 @@ _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC = 2, 4, 4096, 16384
 def _load_seccomp():
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seccomp.py")
     spec = importlib.util.spec_from_file_location("podium_sandbox_seccomp", path)
+    assert spec is not None and spec.loader is not None  # a .py file's path: always found
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -23,6 +23,7 @@ import re
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -110,7 +111,9 @@ def legacy_normalize(s: str | None) -> str:
 
 def _split_top(s: str) -> list[str]:
     """Split on commas outside (), [], {}."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in s:
         depth += 1 if ch in "([{" else -1 if ch in ")]}" else 0
         if ch == "," and depth == 0:
@@ -420,8 +423,7 @@ class MathVerifier:
     def _pump(self) -> None:
         if not self._queue:
             return
-        if self._pool is None:
-            self._start_pool()
+        pool = self._pool if self._pool is not None else self._start_pool()
         if self._warming:
             return
         while self._queue and len(self._inflight) < self.max_workers:
@@ -432,24 +434,30 @@ class MathVerifier:
             if job.outer.done():  # cancelled by its caller
                 continue
             try:
-                fut = self._pool.submit(self._check, job.pred, job.gold, job.timeout)
+                fut = pool.submit(self._check, job.pred, job.gold, job.timeout)
             except (BrokenProcessPool, RuntimeError):
                 self._queue.appendleft(job)
                 self._recycle()
                 return
             job.deadline = time.monotonic() + job.timeout
             self._inflight[fut] = job
-            fut.add_done_callback(lambda f, g=self._gen: self._events.put(("done", g, f)))
+            fut.add_done_callback(self._reporter("done"))
 
-    def _start_pool(self) -> None:
+    def _reporter(self, kind: str) -> Callable[[Future], None]:
+        """A future's done callback: puts (kind, this pool's generation, the future) on the
+        event queue."""
+        gen = self._gen
+        return lambda fut: self._events.put((kind, gen, fut))
+
+    def _start_pool(self) -> ProcessPoolExecutor:
         self._stats["pool_starts"] += 1
-        self._pool = ProcessPoolExecutor(self.max_workers, mp_context=self._ctx,
-                                         initializer=_worker_init)
+        pool = self._pool = ProcessPoolExecutor(self.max_workers, mp_context=self._ctx,
+                                                initializer=_worker_init)
         self._warming = self.max_workers
         self._warm_deadline = time.monotonic() + self._start_timeout
         for _ in range(self.max_workers):  # spawns every worker and waits for their imports
-            fut = self._pool.submit(_worker_warm)
-            fut.add_done_callback(lambda f, g=self._gen: self._events.put(("warm", g, f)))
+            pool.submit(_worker_warm).add_done_callback(self._reporter("warm"))
+        return pool
 
     def _recycle(self) -> None:
         """Kill the pool's workers; re-queue what was in flight; start afresh on demand."""
@@ -479,7 +487,9 @@ def _answer(response: str | None, extract: bool) -> str | None:
     return text.strip() if text and text.strip() else None
 
 
-def _pre(response, gold, mode, verifier, extract) -> Grade | str:
+def _pre(response: str | None, gold: str, mode: str, verifier: MathVerifier | None,
+         extract: bool) -> Grade | tuple[str, MathVerifier]:
+    """A grade the cheap checks settle, or the answer and the verifier to ask."""
     if mode not in ("symbolic", "legacy"):
         raise ValueError(f"grade_math: mode={mode!r}; use 'symbolic' or 'legacy'")
     if mode == "symbolic" and verifier is None:
@@ -492,7 +502,8 @@ def _pre(response, gold, mode, verifier, extract) -> Grade | str:
         return Grade.of(True, answer, mode=mode, path="legacy", rule=rule)
     if mode == "legacy":
         return Grade.of(False, answer, "mismatch", mode=mode, path="legacy")
-    return answer
+    assert verifier is not None  # symbolic: checked on entry
+    return answer, verifier
 
 
 # Verdicts that say the comparison could not be made (not that the answer is wrong).
@@ -514,7 +525,10 @@ def grade_math(response: str | None, gold: str, *, mode: Literal["symbolic", "le
     "symbolic" = legacy first (cheap), then math-verify in `verifier`'s pool. `details` record
     the path ("legacy" with its `rule`, or "math_verify")."""
     got = _pre(response, gold, mode, verifier, extract)
-    return got if isinstance(got, Grade) else _post(got, verifier.check(got, gold, timeout))
+    if isinstance(got, Grade):
+        return got
+    answer, checker = got
+    return _post(answer, checker.check(answer, gold, timeout))
 
 
 async def agrade_math(response: str | None, gold: str, *,
@@ -523,4 +537,7 @@ async def agrade_math(response: str | None, gold: str, *,
                       timeout: float = 10.0) -> Grade:
     """`grade_math` for asyncio callers: the math-verify call does not block the loop."""
     got = _pre(response, gold, mode, verifier, extract)
-    return got if isinstance(got, Grade) else _post(got, await verifier.acheck(got, gold, timeout))
+    if isinstance(got, Grade):
+        return got
+    answer, checker = got
+    return _post(answer, await checker.acheck(answer, gold, timeout))

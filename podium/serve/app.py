@@ -75,7 +75,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
         return exc.response()
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 404 and (moved := _without_slash(app, request)) is not None:
             return RedirectResponse(moved, status_code=307)
         if exc.status_code == 404:

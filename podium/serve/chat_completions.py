@@ -115,10 +115,8 @@ async def stream(run: Run, cid: str, created: int, model: str, tid: str | None,
                 yield piece({"reasoning_content": item})
         result, error = finished(run)
         rest = rest_of(result.answer, sent) if error is None else None
-        if error is None and rest is None:
-            error = replaced_answer()
-        if error is not None:
-            yield sse(error.body())
+        if rest is None:  # the run failed, or its answer is not the text already sent
+            yield sse((error if error is not None else replaced_answer()).body())
             return
         if rest or not sent:
             for text in answer_pieces(rest):

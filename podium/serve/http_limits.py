@@ -61,7 +61,9 @@ def _bounded_httptools() -> type:
                 self.reading_head = False
                 self.transport.write(REFUSAL % (len(MESSAGE), MESSAGE))
                 self.transport.close()
-                self.parser = None  # what it holds of the head goes now, not at the close
+                # what it holds of the head goes now, not at the close (as uvicorn's own
+                # connection_lost does: its type says always a parser)
+                self.parser = None  # type: ignore[assignment]
 
     Bounded.__name__ = Bounded.__qualname__ = "BoundedHttpTools"
     Bounded.__module__ = __name__

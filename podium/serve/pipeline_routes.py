@@ -22,7 +22,7 @@ that the response is cut short.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -49,7 +49,7 @@ class PipelineRoutes:
     """Pure ASGI middleware: `routes` (path -> handler) answered for POST, past the app;
     every other request through the app, its unhandled exceptions answered with a 500."""
 
-    def __init__(self, app: Any, routes: dict[str, Handler]) -> None:
+    def __init__(self, app: Any, routes: Mapping[str, Handler]) -> None:
         self.app = app
         self.routes = routes
 

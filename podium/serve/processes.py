@@ -96,7 +96,7 @@ def supervise(app: str, socks: list[socket.socket], options: dict) -> int:
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
                 for sig in (signal.SIGTERM, signal.SIGINT)}
     procs = [start(sock) for sock in socks]
-    restarts = [collections.deque() for _ in socks]
+    restarts: list[collections.deque[float]] = [collections.deque() for _ in socks]
     try:
         while not stop.wait(0.5):
             for i, proc in enumerate(procs):

@@ -255,10 +255,8 @@ async def stream(run: Run, req, ids: tuple[str, str, str], created: int,
                 yield event
         result, error = finished(run)
         rest = rest_of(result.answer, sent or "") if error is None else None
-        if error is None and rest is None:
-            error = replaced_answer()
-        if error is not None:
-            body = error.body()["error"]
+        if rest is None:  # the run failed, or its answer is not the text already sent
+            body = (error if error is not None else replaced_answer()).body()["error"]
             output = [reasoning] + ([message_item(mid, sent, "incomplete")] if sent else [])
             yield ev.event("error", code=body["code"], message=body["message"],
                            param=body["param"])

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
+from starlette.types import Scope
 
 from podium.errors import ConfigError
 from podium.pipeline import RunResult
@@ -131,7 +132,7 @@ def _asked(req) -> dict:
 
 def start(ask: Callable[[Any], Awaitable[RunResult]], names: list[str], traces: TraceStore,
            tid: str, req, opts: Options, slots: Slots,
-           owner: str | None, scope: dict, question: str, drain: Drain) -> Run:
+           owner: str | None, scope: Scope, question: str, drain: Drain) -> Run:
     """Start the run as a task; its slot is given back when the task ends, whatever happens
     to the response. The run's outcome goes into the request's access log line (`scope`), and
     its trace is written whether it finishes or is stopped."""

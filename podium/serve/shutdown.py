@@ -64,7 +64,8 @@ class Server(uvicorn.Server):
 
     def __init__(self, config: uvicorn.Config, drain: Drain) -> None:
         if drain.grace_s is not None:
-            config.timeout_graceful_shutdown = drain.grace_s + MARGIN_S
+            # (uvicorn types it int; it goes to asyncio.timeout, which takes any float)
+            config.timeout_graceful_shutdown = drain.grace_s + MARGIN_S  # type: ignore[assignment]
         super().__init__(config)
         self.drain = drain
 

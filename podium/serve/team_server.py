@@ -28,6 +28,7 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Scope
 
 from podium.baselines import SOLVE, bare_question
 from podium.errors import ConfigError
@@ -115,7 +116,7 @@ class TeamServer:
                                                   budget=opts.budget)
 
     def begin(self, req, opts: Options, question: str, tid: str, owner: str | None,
-              scope: dict) -> tuple[Run, dict, str | None]:
+              scope: Scope) -> tuple[Run, dict, str | None]:
         """Check the model and its options, take a run slot (429 when none is free), start
         the run; the trace-id headers and the id shown in the body (only when asked)."""
         ask = self.runner(req, opts, question)

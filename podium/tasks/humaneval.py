@@ -53,7 +53,7 @@ def as_body(code: str, indent: str = "    ") -> str:
     return "\n".join(indent + line if line.strip() else line for line in lines)
 
 
-def program_from_answer(response: str, prompt: str, entry_point: str) -> str:
+def program_from_answer(response: str | None, prompt: str, entry_point: str) -> str:
     """The code in the response's answer tag, made runnable on its own: an answer that is only
     the body of the function (it never defines `entry_point`) is put under the prompt's
     signature."""

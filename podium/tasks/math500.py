@@ -50,7 +50,7 @@ class Math500Task(TaskBase):
     def read_items(self, path: Path) -> list[Item]:
         items = []
         for i, row in enumerate(read_records(path)):
-            meta = {k: row[k] for k in ("subject", "level", "solution", "clean_answer")
+            meta: dict[str, Any] = {k: row[k] for k in ("subject", "level", "solution", "clean_answer")
                     if k in row}
             items.append(Item(id=str(row.get("unique_id") or f"math500/{i}"),
                               question=row["problem"], gold=str(row["answer"]), meta=meta))

@@ -88,8 +88,9 @@ class Grammars:
         """Whether a plan's ids are among those the row's held grammar admits: its list price
         fits `budget`, or, where no worker fits even alone, it is one step of the cheapest
         (None: no budget to hold to)."""
-        prices = view_of(self.pool, self.settings, list(workers), budget).held_prices \
-            if budget is not None else None
+        if budget is None:
+            return None
+        prices = view_of(self.pool, self.settings, list(workers), budget).held_prices
         if prices is None:
             return None
         return lambda ids: plan_fits(ids, prices, budget.amount)
@@ -203,20 +204,20 @@ class ConstrainedRollout:
         ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         skeletons = self.skeletons(prompts)
         limit = trainer.args.max_completion_length
-        completions = [self.written(p, sk, limit) for p, sk in zip(prompts, skeletons,
-                                                                   strict=True)]
-        sampled = [i for i, c in enumerate(completions) if c is None]
+        written = [self.written(p, sk, limit) for p, sk in zip(prompts, skeletons, strict=True)]
+        sampled = [i for i, c in enumerate(written) if c is None]
+        generated: dict[int, list[int]] = {}
         logprobs: list | None = None
         if sampled:  # a text the grammar fixes is written, not sampled token by token
             specs = [GrammarSpec(tuple(self.rows[prompts[i]]["workers"]), False, skeletons[i],
                                  self.subtasks(prompts[i], skeletons[i]),
                                  self.grammars.held(self.rows[prompts[i]])) for i in sampled]
-            generated, sampled_logprobs = self.grammars.generate(
+            made, sampled_logprobs = self.grammars.generate(
                 trainer, [ids[i] for i in sampled], specs)
-            for i, completion in zip(sampled, generated, strict=True):
-                completions[i] = completion
+            generated = dict(zip(sampled, made, strict=True))
             if sampled_logprobs is not None and len(sampled) == len(prompts):
                 logprobs = sampled_logprobs  # only TRL's importance-sampling correction reads them
+        completions = [c if c is not None else generated[i] for i, c in enumerate(written)]
         out = {"prompt_ids": ids, "completion_ids": completions, "logprobs": logprobs}
         if self.explore:  # forwarded to the reward, which logs the two kinds apart
             out[rollout_info.KEY] = [RolloutInfo(explored=sk is not None) for sk in skeletons]

@@ -89,16 +89,18 @@ def live_mask(tokenizer: Any, completion_ids: Sequence[int],
         return [1] * len(ids)
     spans, dependencies = found
     gone = dead_steps(dependencies)
-    weighted = [(a, b, 0) for i in gone for a, b in spans[i]]
+    weighted: list[tuple[int, int, float]] = [(a, b, 0) for i in gone for a, b in spans[i]]
     if subtask_weight != 1:
         weighted += [(*spans[i][1], subtask_weight) for i in range(len(spans)) if i not in gone]
     if not weighted:  # every step live, subtasks at full weight
         return [1] * len(ids)
     weighted.sort()  # the spans do not overlap: sorted by start, they are sorted by end too
     span_ends = [b for _, b, _ in weighted]
-    mask, begin = [], 0
+    mask: list[float] = []
+    begin = 0
     for end in token_ends(tokenizer, ids):
-        weight, i = 1, bisect.bisect_right(span_ends, begin)  # the first span ending past begin
+        weight: float = 1
+        i = bisect.bisect_right(span_ends, begin)  # the first span ending past begin
         while i < len(weighted) and weighted[i][0] < end:
             weight = min(weight, weighted[i][2])
             i += 1

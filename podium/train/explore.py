@@ -65,7 +65,9 @@ def draw_skeletons(rng: random.Random, ids: Sequence[int], max_steps: int,
     worker that fits alone (or of the first id, when none does)."""
     ids = sorted(set(ids))
     counts = count_skeletons(len(ids), max_steps, live)
-    total, out, seen = sum(counts), [], set()
+    total = sum(counts)
+    out: list[Skeleton] = []
+    seen: set[Skeleton] = set()
     tries = 0
     while len(out) < k:
         length = rng.choices(range(1, max_steps + 1), weights=counts)[0]

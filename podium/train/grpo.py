@@ -39,6 +39,8 @@ def grpo_trainer_class() -> type:
     from accelerate.utils import gather_object
     from trl import GRPOTrainer
 
+    from podium.train.reward import ConductorReward
+
     class PodiumGRPOTrainer(GRPOTrainer):
         def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
             exact = (self.beta == 0.0 and not getattr(self, "_entropy_bonus_enabled", True)
@@ -59,6 +61,7 @@ def grpo_trainer_class() -> type:
             # data-parallel wrapper's hooks) as usual; the metrics it logs are taken back
             first = inputs["advantages"].new_zeros(len(inputs["advantages"]), dtype=bool)
             first[0] = True
+            assert self.model is not None  # (a trainer that computes a loss has its model)
             mode = "train" if self.model.training else "eval"
             logged = {k: len(v) for k, v in self._metrics[mode].items()}
             loss = super()._compute_loss(model, take_rows(inputs, first)) * 0.0
@@ -73,7 +76,8 @@ def grpo_trainer_class() -> type:
             rewards = super()._calculate_rewards(inputs, prompts, completions,
                                                  completion_ids_list)
             for func in self.reward_funcs:  # on the main thread: the gather is a collective
-                if getattr(func, "deferred", False) and func.pending is not None:
+                if isinstance(func, ConductorReward) and func.deferred \
+                        and func.pending is not None:
                     func.publish(gather_object, self._log_metric)
             return rewards
 

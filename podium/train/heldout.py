@@ -209,13 +209,14 @@ def _last_metrics(state: Any) -> dict[str, Any]:
 
 def _shared(trainer: Any, result: HeldOutResult | None) -> HeldOutResult:
     """The main process's result, on every process."""
-    if trainer.accelerator.num_processes == 1:
-        return result
-    from accelerate.utils import broadcast_object_list
+    if trainer.accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
 
-    box = [result]
-    broadcast_object_list(box, from_process=0)
-    return box[0]
+        box = [result]
+        broadcast_object_list(box, from_process=0)
+        result = box[0]
+    assert result is not None  # the main process scored it
+    return result
 
 
 def build_heldout(run: Any) -> HeldOut | None:

@@ -69,13 +69,14 @@ def per_round(rewards: list[float | None], rounds: list[int],
     out = list(rewards)
     for b in range(0, len(rewards), group):
         for r in (0, 1):
-            idx = [i for i in range(b, b + group) if rounds[i] == r and rewards[i] is not None]
-            values = [rewards[i] for i in idx]
-            if len(values) < 2:
+            scored = {i: x for i in range(b, b + group)
+                      if rounds[i] == r and (x := rewards[i]) is not None}
+            if len(scored) < 2:
                 continue
-            mean, std = statistics.fmean(values), statistics.pstdev(values)  # type: ignore[arg-type]
-            for i in idx:
-                out[i] = 0.0 if std == 0 else (rewards[i] - mean) / std  # type: ignore[operator]
+            values = list(scored.values())
+            mean, std = statistics.fmean(values), statistics.pstdev(values)
+            for i, x in scored.items():
+                out[i] = 0.0 if std == 0 else (x - mean) / std
     return out
 
 

@@ -159,11 +159,11 @@ class ConductorReward:
         self.calls += 1
         outcomes = [o for _, o in done]
         rewards = [reward_of(o, self.spec, r) for o, r in zip(outcomes, rounds, strict=True)]
-        recursion = self.recursion is not None and podium_rollout is not None
-        if recursion:
+        recursion = self.recursion if podium_rollout is not None else None
+        if recursion is not None:
             second = {j: info.pair for j, info in enumerate(infos) if info.pair >= 0}
-            rewards = blend(rewards, second, self.recursion.discount)
-            if self.recursion.normalisation == "per_round":
+            rewards = blend(rewards, second, recursion.discount)
+            if recursion.normalisation == "per_round":
                 rewards = per_round(rewards, rounds, self.group)
         exploring = any(info.explored is not None for info in infos)
         explored = [bool(info.explored) for info in infos]
@@ -173,7 +173,7 @@ class ConductorReward:
         log = StepLog(step, [RolloutRecord.of(o, run, explored=e, round_=r)
                              for (run, o), e, r in zip(done, explored, rounds, strict=True)],
                       self._candidates(step, messages, completions, done, rewards, explored),
-                      explored=exploring, recursion=recursion)
+                      explored=exploring, recursion=recursion is not None)
         if self.deferred:  # the trainer gathers it from every process (PodiumGRPOTrainer)
             self.pending = log
         else:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-Completions = tuple[list[list[int]], list[list[float]] | None]
+Completions = tuple[list[list[int]], list[list[float | None]] | None]
 # the sampling fields TRL's VLLMClient.generate takes by name; the rest go in generation_kwargs
 CLIENT_FIELDS = ("n", "repetition_penalty", "temperature", "top_p", "top_k", "min_p",
                  "max_tokens", "logprobs")
@@ -48,9 +48,10 @@ def sampling(gen: Any) -> dict[str, Any]:
     return out
 
 
-def first_logprobs(logprobs: list[list[list[float | None]]] | None) -> list[list[float]] | None:
+def first_logprobs(logprobs: list[list[list[float | None]]] | None
+                   ) -> list[list[float | None]] | None:
     """Per completion, the sampled tokens' log-probabilities (vLLM lists the sampled token
-    first when `logprobs = 0`)."""
+    first when `logprobs = 0`; TRL makes a NaN None)."""
     if logprobs is None:
         return None
     return [[lp[0] for lp in seq] for seq in logprobs]
@@ -110,7 +111,7 @@ def request_all(client: Any, base: dict[str, Any], prompt_ids: list[list[int]],
     with ThreadPoolExecutor(max_workers=min(len(groups), 16) or 1) as pool:
         replies = list(pool.map(ask, groups))
     completions: list[list[int]] = [[] for _ in prompt_ids]
-    logprobs: list[list[float]] | None = [[] for _ in prompt_ids]
+    logprobs: list[list[float | None]] | None = [[] for _ in prompt_ids]
     for rows, reply in zip(groups.values(), replies, strict=True):
         firsts = first_logprobs(reply.get("logprobs"))
         for k, i in enumerate(rows):

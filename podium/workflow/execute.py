@@ -209,7 +209,7 @@ async def execute_workflow(
     deps = workflow.dependencies()
     stop: list[str] = []  # the stop reason, once a step fails under on_error="stop"
 
-    def emit(kind: str, rec: StepRecord) -> None:
+    def emit(kind: str, rec: StepRecord | AnswerText) -> None:
         if on_event is not None:
             on_event(kind, rec)
 

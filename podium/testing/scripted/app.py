@@ -130,9 +130,10 @@ def _tracking_protocol() -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol, remembering each connection's transport in `_TRANSPORTS`."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
+    # (AutoHTTPProtocol is a variable: the class uvicorn picks when it is imported)
     class TrackingProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            super().connection_made(transport)  # type: ignore[arg-type]
+            super().connection_made(transport)
             self._podium_peer = transport.get_extra_info("peername")
             if self._podium_peer is not None:
                 _TRANSPORTS[tuple(self._podium_peer)] = transport
@@ -281,7 +282,7 @@ def build_app(config: ServerConfig, stats: Stats | None = None) -> Starlette:
                 headers={"x-request-id": f"req-{uuid.uuid4().hex[:16]}"},
             )
             if body.get("stream"):
-                return _streamed(json.loads(reply.body), body, fault == "truncated",
+                return _streamed(json.loads(bytes(reply.body)), body, fault == "truncated",
                                  dict(reply.headers))
             if fault == "truncated":
                 half = bytes(reply.body[: len(reply.body) // 2])
@@ -290,7 +291,7 @@ def build_app(config: ServerConfig, stats: Stats | None = None) -> Starlette:
                 return Response("<!doctype html><title>Welcome</title>", status_code=200,
                                 media_type="text/html")
             if fault == "nochoices":
-                data = json.loads(reply.body)
+                data = json.loads(bytes(reply.body))
                 return JSONResponse({**data, "choices": []})
             return reply
         finally:
