@@ -17,8 +17,18 @@ from podium.llm.embedded import bundled_gguf
 
 
 def pytest_configure(config):
-    """Keep the response cache of every test (and of subprocesses) out of the user's home."""
-    os.environ["PODIUM_CACHE_DIR"] = tempfile.mkdtemp(prefix="podium-test-cache-")
+    """Keep the response cache of every test (and of subprocesses) out of the user's home; the
+    bundled GGUF's trainable conversion is the one podium keeps there (its `models/` folder,
+    made once per machine, each conversion named by the GGUF's hash and complete or absent)."""
+    from podium.train.model import models_dir
+
+    shared = models_dir()
+    os.environ["PODIUM_CACHE_DIR"] = cache = tempfile.mkdtemp(prefix="podium-test-cache-")
+    try:
+        shared.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a home that cannot be written: this session converts its own
+        return
+    os.symlink(shared, os.path.join(cache, "models"))
 
 
 @pytest.fixture(scope="session")

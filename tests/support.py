@@ -1,5 +1,5 @@
-"""Helpers the tests share: a free localhost port, the `podium` CLI in a subprocess, an
-in-thread server, a tiny policy."""
+"""Helpers the tests share: a free localhost port, the `podium` CLI in a subprocess or in
+this process, an in-thread server, a tiny policy."""
 
 from __future__ import annotations
 
@@ -42,6 +42,24 @@ def podium(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
     kw.setdefault("text", True)
     return subprocess.run([*PODIUM, *args], capture_output=True, timeout=timeout,
                           env={**base, "COLUMNS": str(columns), **(env or {})}, **kw)
+
+
+def podium_in_process(*args: str, env: dict[str, str] | None = None,
+                      columns: int = 160) -> subprocess.CompletedProcess:
+    """`podium ARGS...` run in this process by typer's CliRunner, answered as `podium()`
+    answers (exit code, stdout, stderr apart), without a new process's seconds of imports: for
+    what the command does, not for what a separate process adds (signals, its own environment,
+    output written by C code). `env` is over this process's environment while it runs; an
+    exception podium does not turn into an exit code is raised here, as a traceback would be."""
+    from typer.testing import CliRunner
+
+    from podium.cli.main import app
+
+    over: dict[str, str | None] = {**dict.fromkeys(PROXY_VARS), "COLUMNS": str(columns),
+                                   **(env or {})}
+    result = CliRunner().invoke(app, list(args), env=over, catch_exceptions=False)
+    return subprocess.CompletedProcess(["podium", *args], result.exit_code, result.stdout,
+                                       result.stderr)
 
 
 class InThreadServer:

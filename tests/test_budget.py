@@ -15,7 +15,7 @@ from podium.errors import ConfigError
 from podium.pipeline import Pipeline
 from podium.workflow.prompt import PoolEntry, conductor_messages, format_pool
 from podium.workflow.types import Step, Workflow
-from tests.support import podium
+from tests.support import podium_in_process
 
 
 def priced_pool(show: bool = True, conductor: str = "one_step") -> dict:
@@ -118,13 +118,14 @@ def test_a_bad_budget_is_refused_with_the_fix():
 def test_podium_ask_with_a_budget_says_whether_the_plan_kept_to_it(tmp_path):
     pool = tmp_path / "pool.toml"
     pool.write_text(_toml(priced_pool()))
-    over = podium("ask", "What is 2 + 3?", "--pool", str(pool), "--budget", "0.002")
+    ask = ("ask", "What is 2 + 3?", "--pool", str(pool))
+    over = podium_in_process(*ask, "--budget", "0.002")
     assert over.returncode == 0, over.stderr
     assert "Budget: over budget: the plan's list price $0.004 against a budget of $0.002" \
         in over.stdout
-    shown = podium("ask", "What is 2 + 3?", "--pool", str(pool), "--budget", "0.01", "--json")
+    shown = podium_in_process(*ask, "--budget", "0.01", "--json")
     assert json.loads(shown.stdout)["budget"]["over"] is False
-    bad = podium("ask", "What is 2 + 3?", "--pool", str(pool), "--budget", "-1")
+    bad = podium_in_process(*ask, "--budget", "-1")
     assert bad.returncode == 2 and "--budget 0.002" in bad.stderr
 
 
@@ -135,19 +136,19 @@ def test_podium_eval_with_a_budget_reports_plans_over_it(tmp_path):
     data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)})
                             + "\n" for i in range(3)))
     out = tmp_path / "out"
-    run = podium("eval", "--task", f"jsonl:{data}", "--pool", str(pool), "--repeats", "1",
-                 "--budget", "0.002", "--out", str(out))
+    run = podium_in_process("eval", "--task", f"jsonl:{data}", "--pool", str(pool),
+                            "--repeats", "1", "--budget", "0.002", "--out", str(out))
     assert run.returncode == 0, run.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["accuracy"] == 1.0  # the answers are right ...
     assert summary["budget"] == {"amount": 0.002, "over_budget": 1.0,  # ... on the dear worker
                                  "accuracy_within_budget": 0.0, "plan_price": 0.004}
     assert "100% of plans over it" in run.stdout
-    again = podium("eval", "--task", f"jsonl:{data}", "--pool", str(pool), "--repeats", "1",
-                   "--budget", "0.004", "--out", str(out))
+    again = podium_in_process("eval", "--task", f"jsonl:{data}", "--pool", str(pool),
+                              "--repeats", "1", "--budget", "0.004", "--out", str(out))
     assert again.returncode != 0 and "--budget" in again.stdout + again.stderr
-    refused = podium("eval", "--task", f"jsonl:{data}", "--pool", str(pool), "--budget", "nan",
-                     "--out", str(tmp_path / "never"))
+    refused = podium_in_process("eval", "--task", f"jsonl:{data}", "--pool", str(pool),
+                                "--budget", "nan", "--out", str(tmp_path / "never"))
     assert refused.returncode == 2 and "--budget 0.002" in refused.stderr
     assert not (tmp_path / "never").exists()  # refused before anything was made
 
@@ -270,8 +271,9 @@ def test_a_trained_conductor_on_a_pool_of_any_conductor_keeps_its_cards_hold(tmp
     card = card_of(pool_from_dict(spec), trained, constrained=True)
     card_path(gguf).write_text(json.dumps(card))
     for budget, fits in (("0.001", {(1,)}), ("0.003", {(1,), (2,), (1, 1), (1, 2), (2, 1)})):
-        proc = podium("ask", "What is 2 + 3?", "--pool", str(pool_file), "--conductor",
-                      str(gguf), "--budget", budget, "--no-cache", "--json")
+        proc = podium_in_process("ask", "What is 2 + 3?", "--pool", str(pool_file),
+                                 "--conductor", str(gguf), "--budget", budget, "--no-cache",
+                                 "--json")
         assert proc.returncode == 0, proc.stderr
         data = json.loads(proc.stdout)
         turn = data["conductor"][0]

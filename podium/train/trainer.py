@@ -370,7 +370,7 @@ def train(config: TrainConfig, *, resume: bool = False,
             return final
         plan.trainer.processing_class.save_pretrained(str(final))
         (final / "training_args.bin").unlink(missing_ok=True)  # the model alone
-        last = next((h for h in reversed(state.log_history) if "reward" in h), {})
+        last: dict[str, Any] = next((h for h in reversed(state.log_history) if "reward" in h), {})
         held = plan.heldout.card_fields() if plan.heldout is not None else {}
         write_card(final, {**plan.card, "steps": state.global_step, "metrics": last, **held})
         draw_curve(out)

@@ -1,4 +1,6 @@
-"""`podium ask` end to end as a user runs it: a real subprocess, the embedded model, real errors."""
+"""`podium ask` end to end: once as a user runs it (a real subprocess, the embedded model, JSON
+and a trace), then the table output and the real errors through the same CLI in this process
+(`podium_in_process`: the exit codes, stdout and stderr a process gives, without its imports)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from support import free_port, podium
+from support import free_port, podium, podium_in_process
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +66,7 @@ def test_ask_trace_file_holds_the_conductor_prompt(embedded_run):
 
 def test_ask_table_output(embedded_run):
     # the question the JSON run asked: its calls come from the response cache
-    proc = podium("ask", "What is 3 + 4?")
+    proc = podium_in_process("ask", "What is 3 + 4?")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for part in ("Workflow (round 0)", "step", "worker", "subtask", "Answer", "Totals", "calls"):
@@ -88,20 +90,20 @@ def test_bad_pool_files_give_a_clear_error(tmp_path, case):
     text, expected = BAD_POOLS[case]
     pool = tmp_path / "pool.toml"
     pool.write_text(text)
-    proc = podium("ask", "hi", "--pool", str(pool))
+    proc = podium_in_process("ask", "hi", "--pool", str(pool))
     assert proc.returncode == 2
     assert expected in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
 def test_empty_question():
-    proc = podium("ask", "   ")
+    proc = podium_in_process("ask", "   ")
     assert proc.returncode == 2
     assert "question is empty" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_missing_pool_file(tmp_path):
-    proc = podium("ask", "hi", "--pool", str(tmp_path / "nope.toml"))
+    proc = podium_in_process("ask", "hi", "--pool", str(tmp_path / "nope.toml"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr
 
 
@@ -119,7 +121,7 @@ def _http_pool(tmp_path, base_url: str, key_env: str | None, settings: str = "")
 
 def test_missing_key_env_var_names_the_variable(tmp_path):
     pool = _http_pool(tmp_path, "http://127.0.0.1:9/v1", "PODIUM_TEST_KEY_UNSET")
-    proc = podium("ask", "hi", "--pool", str(pool), env={"PODIUM_TEST_KEY_UNSET": ""})
+    proc = podium_in_process("ask", "hi", "--pool", str(pool), env={"PODIUM_TEST_KEY_UNSET": ""})
     assert proc.returncode == 2
     assert "PODIUM_TEST_KEY_UNSET" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -129,7 +131,7 @@ def test_unreachable_base_url(tmp_path):
     # one quick retry: the default four, backing off 1, 2, 4, 8 s, take ~12 s
     pool = _http_pool(tmp_path, url, "PODIUM_TEST_KEY", "retries = 1\nbackoff_s = 0.05\n")
     secret = "sk-test-never-print-this-0123456789"
-    proc = podium("ask", "hi", "--pool", str(pool), env={"PODIUM_TEST_KEY": secret})
+    proc = podium_in_process("ask", "hi", "--pool", str(pool), env={"PODIUM_TEST_KEY": secret})
     assert proc.returncode == 1
     assert "base_url" in proc.stderr and url in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -139,13 +141,13 @@ def test_unreachable_base_url(tmp_path):
 def test_debug_shows_traceback(tmp_path):
     pool = tmp_path / "pool.toml"
     pool.write_text("[conductor\n")
-    proc = podium("ask", "hi", "--pool", str(pool), "--debug")
+    proc = podium_in_process("ask", "hi", "--pool", str(pool), "--debug")
     assert proc.returncode == 2 and "Traceback" in proc.stderr
 
 
 def test_version_names_the_installed_podium():
     from importlib.metadata import version
 
-    proc = podium("--version")
+    proc = podium_in_process("--version")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"podium {version('podium')} (Python ")

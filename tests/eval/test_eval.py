@@ -1,4 +1,6 @@
-"""`podium eval` and `podium report` as a user runs them: real subprocesses, real servers."""
+"""`podium eval` and `podium report` as a user runs them, against real servers: a real subprocess
+where the process is the point (killed with SIGKILL and resumed; the embedded model end to end),
+the same CLI in this process elsewhere (`podium_in_process`)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import needs_data
+from support import needs_data, podium_in_process
 
 from podium.eval.runner import read_results
 from podium.eval.summary import summarize
@@ -93,10 +95,8 @@ def test_eval_and_report_side_by_side(tmp_path, dataset):
         folders = []
         for system in ("single:w0", "vote:w0:3"):
             out = tmp_path / system.replace(":", "_")
-            proc = subprocess.run(podium_cmd("eval", "--task", f"jsonl:{dataset}", "--system",
-                                             system, "--repeats", "2", "--out",
-                                             str(out), "--pool", str(pool)),
-                                  capture_output=True, text=True, timeout=120, env=env())
+            proc = podium_in_process("eval", "--task", f"jsonl:{dataset}", "--system", system,
+                                     "--repeats", "2", "--out", str(out), "--pool", str(pool))
             assert proc.returncode == 0, proc.stderr
             folders.append(str(out))
     records = list(read_results(Path(folders[1]) / "results.jsonl").values())
@@ -107,8 +107,7 @@ def test_eval_and_report_side_by_side(tmp_path, dataset):
     assert sum(r["correct"] for r in records) == 2
     assert s.accuracy == pytest.approx(1 / N_ITEMS)
     rep = tmp_path / "report"
-    proc = subprocess.run(podium_cmd("report", *folders, "--out", str(rep)),
-                          capture_output=True, text=True, timeout=120, env=env())
+    proc = podium_in_process("report", *folders, "--out", str(rep))
     assert proc.returncode == 0, proc.stderr
     table = (rep / "report.md").read_text()
     assert "single:w0" in table and "vote:w0:3" in table and "cost/item" in table
@@ -122,9 +121,7 @@ def test_eval_and_report_side_by_side(tmp_path, dataset):
     # two runs with the same system name: two rows, labelled by folder, not merged
     copy = tmp_path / "again"
     shutil.copytree(folders[0], copy)
-    proc = subprocess.run(podium_cmd("report", folders[0], str(copy), "--out",
-                                     str(tmp_path / "twice")),
-                          capture_output=True, text=True, timeout=120, env=env())
+    proc = podium_in_process("report", folders[0], str(copy), "--out", str(tmp_path / "twice"))
     assert proc.returncode == 0, proc.stderr
     assert "labelled by folder" in proc.stderr
     rows = [line for line in (tmp_path / "twice" / "report.md").read_text().splitlines()
@@ -133,8 +130,7 @@ def test_eval_and_report_side_by_side(tmp_path, dataset):
 
 
 def test_report_rejects_a_folder_that_is_not_an_eval(tmp_path):
-    proc = subprocess.run(podium_cmd("report", str(tmp_path)), capture_output=True, text=True,
-                          timeout=60, env=env())
+    proc = podium_in_process("report", str(tmp_path))
     assert proc.returncode == 2 and "not an evaluation folder" in proc.stderr
 
 

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
-from support import free_port, podium
+from support import free_port, podium_in_process
 
 from podium.baselines import build_system
 from podium.config import ModelSpec, RunSettings, pool_from_dict
@@ -73,7 +73,7 @@ def test_outages_are_errors_and_retry_errors_reruns_them(tmp_path, dataset, outa
         args = ("eval", "--task", f"jsonl:{dataset}", "--system", system, "--repeats", "1",
                 "--out", str(out), "--pool", str(pool))
         env = {"PODIUM_TEST_KEY": "sk-test-0123456789"}
-        failed = podium(*args, env=env)
+        failed = podium_in_process(*args, env=env)
         assert failed.returncode == 1, failed.stdout + failed.stderr
         assert "--retry-errors" in failed.stderr
         records = list(read_results(out / "results.jsonl").values())
@@ -86,7 +86,7 @@ def test_outages_are_errors_and_retry_errors_reruns_them(tmp_path, dataset, outa
         assert summary["error_classes"]["by_class"] == {"worker": N}
 
         pool.write_text(pool_text(server.base_url, server.base_url, "m0"))  # the fix
-        fixed = podium(*args, "--retry-errors", env=env)
+        fixed = podium_in_process(*args, "--retry-errors", env=env)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     records = list(read_results(out / "results.jsonl").values())
     assert len(records) == N and {r["status"] for r in records} == {"ok"}

@@ -9,7 +9,7 @@ import pytest
 def tokenizer():
     """The bundled SmolLM2's tokenizer, as training loads it (special tokens fixed)."""
     pytest.importorskip("transformers")
-    from podium.train.model import load_policy
+    from podium.train.model import load_tokenizer
 
-    return load_policy("smollm2")[1]
+    return load_tokenizer("smollm2")
 

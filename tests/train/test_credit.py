@@ -79,18 +79,21 @@ def test_a_subtask_weight_scales_only_the_live_subtasks(tokenizer):
 
 
 @pytest.mark.parametrize(("mask_value", "moves"), [(0, False), (1, True), (0.5, True)])
-def test_trl_leaves_masked_tokens_out_of_the_loss(tmp_path, monkeypatch, mask_value, moves):
+def test_trl_leaves_masked_tokens_out_of_the_loss(tmp_path, monkeypatch, tokenizer, mask_value,
+                                                  moves):
     """The contract credit = "live" relies on: an `env_mask` of 0 from the rollout function
     takes a token out of TRL's loss (all masked: nothing moves; none masked: the policy
-    moves), and a fractional one (`subtask_weight`) is kept as a weight, not cast to 0."""
+    moves), and a fractional one (`subtask_weight`) is kept as a weight, not cast to 0. The
+    policy is a tiny Llama with the bundled tokenizer: the contract is TRL's loss, not the
+    model's."""
     import torch
     from datasets import Dataset
+    from support import tiny_llama
     from trl import GRPOConfig, GRPOTrainer
 
-    from podium.train.model import load_policy
-
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func: pinned TRL, as podium
-    model, tok = load_policy("smollm2")
+    tok = tokenizer
+    model = tiny_llama(tok)
     before = {k: v.clone() for k, v in model.state_dict().items()}
 
     def rollout(prompts, trainer):

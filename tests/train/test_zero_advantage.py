@@ -1,5 +1,6 @@
-"""Completions with no advantage skipped in the loss: the cut on small tensors, and on the real
-policy the same gradient as TRL's own loss over the whole micro-batch."""
+"""Completions with no advantage skipped in the loss: the cut on small tensors, and in the gym
+recipe's trainer the same gradient as TRL's own loss over the whole micro-batch (its policy a
+tiny Llama with the bundled tokenizer: the loss is the point, not the model)."""
 
 from __future__ import annotations
 
@@ -51,15 +52,20 @@ def test_what_goes_to_the_loss_unchanged_and_what_has_nothing_to_learn():
 
 
 @pytest.fixture(scope="module")
-def trainer(tmp_path_factory):
+def trainer(tmp_path_factory, tokenizer):
     pytest.importorskip("trl")
+    from support import tiny_llama
+
+    import podium.train.model as model_module
     from podium.train.config import load_train_config
     from podium.train.trainer import build
 
     out = tmp_path_factory.mktemp("idle")
     config = load_train_config(ROOT / "configs" / "train" / "gym-cpu.toml",
                                [f"output.dir='{out}'"])
-    plan = build(config)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(model_module, "load_policy", lambda *a, **k: (tiny_llama(tokenizer), tokenizer))
+        plan = build(config)
     plan.trainer.model.train()
     plan.trainer.current_gradient_accumulation_steps = 3  # set by each training step
     yield plan.trainer
@@ -75,7 +81,7 @@ def grads_of(trainer, compute, inputs) -> list:
 
 
 def test_the_gradient_is_the_one_trl_computes_over_every_row(trainer, tokenizer):
-    """The real SmolLM2 policy, real prompts and completions of different lengths, two of
+    """The gym recipe's trainer, real prompts and completions of different lengths, two of
     five completions with no advantage: the loss runs over three rows, and every parameter's
     gradient matches TRL's own loss over all five, for the token-mean (the recipe's) and the
     per-completion losses."""
