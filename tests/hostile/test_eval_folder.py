@@ -1,9 +1,10 @@
 """A `podium eval --out` folder under abuse: two runs at once, a resume with other settings,
 damaged results and meta files, a file where a folder should be.
 
-Every test runs the real `podium eval` / `podium report` as a subprocess on a pool of
-`function` workers (exact, instant); each worker call is logged with the caller's pid, so the
-tests can count what was paid and by whom.
+Every test runs the real `podium eval` / `podium report` on a pool of `function` workers
+(exact, instant): in this process (typer's CliRunner), or as a subprocess where a process of its
+own is what is tested (two runs at once, a disk that fills). Each worker call is logged with the
+caller's pid, so the tests can count what was paid and by whom.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import PODIUM, podium_in_process
 
 from podium.eval.runner import load_results, read_results
 
@@ -73,26 +76,32 @@ class Folder:
     def write_pool(self, temperature: float = 0.1, rpm: int = 600, max_steps: int = 5) -> None:
         self.pool.write_text(POOL.format(temperature=temperature, rpm=rpm, max_steps=max_steps))
 
-    def env(self, gated: bool = False, fail: str = "") -> dict:
-        env = {**os.environ, "COLUMNS": "200", "CALLS": str(self.calls), "FAIL": fail,
+    def env(self, fail: str = "") -> dict:
+        """What the worker reads (in this process the `folder` fixture puts it on sys.path)."""
+        return {"CALLS": str(self.calls), "FAIL": fail}
+
+    def process_env(self, gated: bool = False) -> dict:
+        env = {**os.environ, "COLUMNS": "200", **self.env(),
                "PYTHONPATH": os.pathsep.join([str(self.tmp), os.environ.get("PYTHONPATH", "")])}
         if gated:
             env["GATE"] = str(self.gate)
         return env
 
     def eval_args(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "podium.cli.main", "eval", "--task", f"jsonl:{self.data}",
-                "--system", "single:adder", "--repeats", "1", "--concurrency", "2",
-                "--out", str(self.out), "--pool", str(self.pool), *extra]
+        return ["eval", "--task", f"jsonl:{self.data}", "--system", "single:adder", "--repeats",
+                "1", "--concurrency", "2", "--out", str(self.out), "--pool", str(self.pool),
+                *extra]
 
     def eval(self, *extra: str, fail: str = "") -> subprocess.CompletedProcess:
-        return subprocess.run(self.eval_args(*extra), capture_output=True, text=True,
-                              timeout=120, env=self.env(fail=fail))
+        return podium_in_process(*self.eval_args(*extra), env=self.env(fail), columns=200)
+
+    def eval_in_a_process(self, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*PODIUM, *self.eval_args(*extra)], capture_output=True,
+                              text=True, timeout=120, env=self.process_env())
 
     def report(self, *folders: Path) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "podium.cli.main", "report",
-                               *map(str, folders), "--out", str(self.tmp / "report")],
-                              capture_output=True, text=True, timeout=120, env=self.env())
+        return podium_in_process("report", *map(str, folders), "--out",
+                                 str(self.tmp / "report"), env=self.env(), columns=200)
 
     def call_pids(self) -> list[int]:
         return [int(x) for x in self.calls.read_text().split()] if self.calls.exists() else []
@@ -107,20 +116,23 @@ def flat(text: str) -> str:
 
 
 @pytest.fixture()
-def folder(tmp_path) -> Folder:
-    return Folder(tmp_path)
+def folder(tmp_path, monkeypatch) -> Iterator[Folder]:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield Folder(tmp_path)
+    sys.modules.pop("folder_test_workers", None)  # the next test imports its own
 
 
 def test_a_second_eval_into_a_busy_folder_is_refused_and_names_the_holder(folder):
-    first = subprocess.Popen(folder.eval_args(), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True, env=folder.env(gated=True))
+    first = subprocess.Popen([*PODIUM, *folder.eval_args()], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True,
+                             env=folder.process_env(gated=True))
     try:
         deadline = time.monotonic() + 60
         while not folder.call_pids():  # the first run holds the folder, items in flight
             assert first.poll() is None, first.stderr.read()
             assert time.monotonic() < deadline, "the first eval never called its worker"
             time.sleep(0.05)
-        second = folder.eval()
+        second = folder.eval_in_a_process()
         assert second.returncode == 2, second.stderr
         message = flat(second.stderr)
         assert f"pid {first.pid}" in message and "another --out" in message
@@ -133,7 +145,7 @@ def test_a_second_eval_into_a_busy_folder_is_refused_and_names_the_holder(folder
     assert len(keys) == len(set(keys)) == N  # every item recorded once
     assert folder.call_pids() == [first.pid] * N  # and paid once, by the first run only
     # the lock went with its holder: the folder resumes (nothing left to run)
-    again = folder.eval()
+    again = folder.eval_in_a_process()
     assert again.returncode == 0, again.stderr
     assert len(folder.call_pids()) == N
 
@@ -453,7 +465,7 @@ def test_an_eval_on_a_full_disk_stops_cleanly_and_resumes(folder, tiny_disk):
     folder.out = tiny_disk / "run"
     filler = tiny_disk / "filler"
     filler.write_bytes(b"\0" * (64 * 1024 - 4 * 4096))  # four pages left: lock, meta, 1 for results
-    proc = folder.eval("--concurrency", "1")
+    proc = folder.eval_in_a_process("--concurrency", "1")
     assert proc.returncode == 1, proc.stderr
     message = flat(proc.stderr)
     assert "Traceback" not in proc.stderr
@@ -464,7 +476,7 @@ def test_an_eval_on_a_full_disk_stops_cleanly_and_resumes(folder, tiny_disk):
     assert 0 < len(first) < N, message
     paid = len(folder.call_pids())
     filler.unlink()
-    proc = folder.eval("--concurrency", "1")
+    proc = folder.eval_in_a_process("--concurrency", "1")
     assert proc.returncode == 0, proc.stderr
     keys = folder.result_keys()
     assert keys[:len(first)] == first and len(keys) == len(set(keys)) == N

@@ -3,14 +3,16 @@
 Each case is what a careless or hostile user does; each must end in one paragraph naming the
 fix and the documented exit code (2 configuration, 1 failed run), never a traceback, and must
 lose nothing already paid for. The pool here is exact function workers (podium.testing.workers),
-so every run is real and instant. Add a case: a command, the input, the exit code and the words
-the user needs to see.
+so every run is real and instant. The CLI runs in this process (typer's CliRunner) unless a
+separate process is what a case tests (the bytes of its argv). Add a case: a command, the input,
+the exit code and the words the user needs to see.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -27,11 +29,11 @@ fewshots = "none"
 
 
 def podium(*args: str, **kw):
-    return support.podium(*args, columns=200, text=False, **kw)
+    return support.podium_in_process(*args, columns=200, **kw)
 
 
 def text(proc) -> str:
-    return (proc.stdout + proc.stderr).decode("utf-8", "replace")
+    return proc.stdout + proc.stderr
 
 
 @pytest.fixture
@@ -39,6 +41,18 @@ def pool(tmp_path) -> Path:
     path = tmp_path / "pool.toml"
     path.write_text(POOL)
     return path
+
+
+@pytest.fixture
+def no_listening(monkeypatch):
+    """`podium serve` must stop before it listens: reaching the server fails the test (not a
+    hang on a port, as root may bind port 1)."""
+    from podium.serve.shutdown import Server
+
+    def listen(self, *args, **kwargs):
+        pytest.fail("podium serve went on to listen")
+
+    monkeypatch.setattr(Server, "run", listen)
 
 
 @pytest.fixture
@@ -50,6 +64,7 @@ def assert_clean_error(proc, code: int, *words: str) -> None:
     out = text(proc)
     assert proc.returncode == code, out
     assert "Traceback" not in out, out
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", out), out  # no raw control character
     for word in words:
         assert word in out, out
 
@@ -136,7 +151,7 @@ def test_a_question_with_bytes_that_are_not_utf8(pool, cache_env):
     question = b"What is 2 + 3? \xff\xfe"  # argv bytes Python decodes with surrogates
     proc = subprocess.run([os.fsencode(sys.executable), b"-m", b"podium.cli.main", b"ask",
                            question, b"--pool", os.fsencode(str(pool))], capture_output=True,
-                          timeout=120, env={**os.environ, **cache_env, "COLUMNS": "200"})
+                          text=True, errors="replace", timeout=120, env={**os.environ, **cache_env, "COLUMNS": "200"})
     assert_clean_error(proc, 2, "not UTF-8")
 
 
@@ -204,19 +219,20 @@ def test_podium_tasks_lists_each_task_with_its_options():
 # ------------------------------------------------------------------ podium serve's setup
 
 
-def test_a_trace_folder_that_is_a_file_stops_podium_serve_before_it_listens(pool, tmp_path):
+def test_a_trace_folder_that_is_a_file_stops_podium_serve_before_it_listens(pool, tmp_path,
+                                                                            no_listening):
     (tmp_path / "traces").write_text("not a folder")
     proc = podium("serve", "--pool", str(pool), "--no-auth", "--port", "1",
-                  "--trace-dir", str(tmp_path / "traces"), timeout=60)
+                  "--trace-dir", str(tmp_path / "traces"))
     assert_clean_error(proc, 2, f"--trace-dir {tmp_path / 'traces'} cannot be used",
                        "Not a directory", "Pass a folder you can write")
 
 
-def test_a_key_file_line_with_a_control_character_is_refused(pool, tmp_path):
+def test_a_key_file_line_with_a_control_character_is_refused(pool, tmp_path, no_listening):
     keys = tmp_path / "keys.txt"
     keys.write_bytes(b"# keys\nsk-good-key-0123456789\nsk-bad\x1b[31m-key\n")
     proc = podium("serve", "--pool", str(pool), "--api-key-file", str(keys), "--port", "1",
-                  "--trace-dir", str(tmp_path / "t"), timeout=60)
+                  "--trace-dir", str(tmp_path / "t"))
     assert_clean_error(proc, 2, f"--api-key-file {keys}, line 3", "control character")
 
 
