@@ -6,10 +6,11 @@ private question, sometimes a company's data. They are created readable by their
 left as they are (they may be shared on purpose); files podium writes are narrowed to 0600.
 
 Podium never writes through a symbolic link: a link where a private file goes is refused
-(`LinkRefused`, an OSError), so its target is never changed or narrowed. `write_private`
-writes a regular file whole or not at all (a temporary file beside it, renamed over it), so a
-full disk leaves the file that was there as it was. The JSON podium writes is strict
-(`strict_json`): never the non-standard NaN or Infinity.
+(`LinkRefused`, an OSError), so its target is never changed or narrowed. `write_whole`
+writes a file whole or not at all (a temporary file beside it, renamed over it), so a full
+disk leaves the file that was there as it was; `write_private` is that, owner-only. The JSON podium writes is strict
+(`strict_json`): never the non-standard NaN or Infinity; what it reads from an endpoint or a
+client is read strictly too (`strict_loads`).
 """
 
 from __future__ import annotations
@@ -75,28 +76,34 @@ def private_file(path: str | Path) -> Path:
 
 
 def write_private(path: str | Path, text: str) -> Path:
-    """Write `text` (UTF-8) to `path`, owner-only, whole or not at all.
-
-    A regular file is written under a temporary name beside `path` and renamed over it once
-    complete, so a full disk or a kill leaves what was there. An existing device or pipe
-    (/dev/null, a FIFO) is written in place. A symbolic link at `path` is refused
-    (LinkRefused): its target is never touched."""
+    """Write `text` (UTF-8) to `path`, owner-only, whole or not at all (`write_whole`). An
+    existing device or pipe (/dev/null, a FIFO) is written in place. A symbolic link at `path`
+    is refused (LinkRefused): its target is never touched."""
     path = Path(path)
     private_dir(path.parent)
-    data = text.encode("utf-8")
     kind = _kind(path)
     if kind == "link":
         raise LinkRefused(path)
     if kind == "special":
         fd = _open_no_link(path, os.O_WRONLY)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            fh.write(text.encode("utf-8"))
         return path
+    return write_whole(path, text, mode=FILE_MODE)
+
+
+def write_whole(path: str | Path, text: str, *, mode: int = 0o644) -> Path:
+    """Write `text` (UTF-8) to `path` whole or not at all: under a temporary name beside it,
+    then renamed over it, so a full disk or a kill leaves what was there. A symbolic link at
+    `path` is replaced, never followed. The file gets `mode`."""
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:64]}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:  # mkstemp: O_EXCL, 0600
-            fh.write(data)
-        os.replace(tmp, path)  # replaces a link put there since, never its target
+            if mode != FILE_MODE:
+                os.fchmod(fh.fileno(), mode)
+            fh.write(text.encode("utf-8"))
+        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -112,6 +119,17 @@ def strict_json(value: Any, **dumps: Any) -> str:
         return json.dumps(value, allow_nan=False, **dumps)
     except ValueError:
         return json.dumps(_finite(value), allow_nan=False, **dumps)
+
+
+def strict_loads(raw: str | bytes) -> Any:
+    """`raw` read as strict JSON: NaN, Infinity and -Infinity, which Python's json takes and
+    the standard has not, are a ValueError like any bad JSON (nesting too deep to read is
+    still a RecursionError, which each reader names in its own words)."""
+    return json.loads(raw, parse_constant=_no_constant)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def _finite(value: Any) -> Any:

@@ -53,6 +53,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from podium import files
 from podium.errors import ConfigError, PodiumError
 from podium.files import strict_json
 
@@ -336,15 +337,11 @@ def check_meta(out: Path, meta: dict, *, records: list[dict], retry_errors: bool
 
 
 def write_whole(path: Path, text: str) -> None:
-    """Write `text` to `path` under a temporary name, then rename it: a kill or a full disk
-    never leaves a torn file (WriteFailed when it cannot be written)."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    """`podium.files.write_whole`: a kill or a full disk never leaves a torn file
+    (WriteFailed when it cannot be written)."""
     try:
-        tmp.write_text(text, "utf-8")
-        os.replace(tmp, path)
+        files.write_whole(path, text)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise WriteFailed(path, exc) from None
 
 

@@ -55,6 +55,7 @@ import openai
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
+from podium.files import strict_loads
 from podium.llm.base import (
     ChatResponse,
     Message,
@@ -84,15 +85,11 @@ class HTTPError(Exception):
         super().__init__(_error_message(body))
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def strict_json(raw: bytes | str) -> Any:
-    """A reply's JSON, strictly: NaN and Infinity (which Python's json takes and no other
-    JSON reader does) and nesting too deep to read are a `ValueError`, as bad JSON is."""
+def _read_json(raw: bytes | str) -> Any:
+    """A reply's JSON, strictly (`podium.files.strict_loads`); nesting too deep to read is a
+    `ValueError`, as bad JSON is."""
     try:
-        return json.loads(raw, parse_constant=_no_constant)
+        return strict_loads(raw)
     except RecursionError:
         raise ValueError("the JSON nests too deeply to read") from None
 
@@ -100,7 +97,7 @@ def strict_json(raw: bytes | str) -> Any:
 def _error_message(body: bytes) -> str:
     text = body.decode("utf-8", "replace")
     try:
-        data = strict_json(text)
+        data = _read_json(text)
     except ValueError:
         return text.strip()
     error = data.get("error") if isinstance(data, dict) else None
@@ -373,7 +370,7 @@ class OpenAICompatClient:
                headers: Any, latency: float) -> ChatResponse:
         """The ChatResponse of a whole (not streamed) reply."""
         try:
-            data = strict_json(raw)  # whatever the content-type says, as the SDK reads it
+            data = _read_json(raw)  # whatever the content-type says, as the SDK reads it
         except ValueError as exc:
             kind = headers.get("content-type", "")
             if "json" not in kind:  # a web page, say: base_url names something else

@@ -79,6 +79,7 @@ from pydantic import (
     ValidationError,
 )
 
+from podium.files import strict_loads
 from podium.llm.base import Sampling
 from podium.serve.errors import ApiError, bad_request
 
@@ -244,7 +245,7 @@ def validated(raw: bytes, model: type[M]) -> tuple[M, dict]:
     """The body as `model`, and as the JSON object it was; an ApiError (400) naming the bad
     field otherwise."""
     try:
-        data = json.loads(raw, parse_constant=_not_json)
+        data = strict_loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise bad_request(f"The request body is not valid JSON ({exc}). Send a JSON object "
                           "with Content-Type: application/json.", code="invalid_json") from None
@@ -262,10 +263,6 @@ def validated(raw: bytes, model: type[M]) -> tuple[M, dict]:
         raise validation_error(exc) from None
     except RecursionError:
         raise too_deep() from None
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not a JSON value")
 
 
 def not_unicode(data: Any) -> str | None:

@@ -15,13 +15,13 @@ the checkpoint `--resume` continues from, so that no step is counted twice.
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from podium.files import write_whole
 from podium.outcome import Outcome
 from podium.pipeline import RunResult
 
@@ -203,6 +203,4 @@ def drop_records_after(folder: Path, step: int) -> None:
         kept = [line for line in lines if _logged_at_or_before(line, step)]
         if len(kept) == len(lines):
             continue
-        partial = path.with_name(f".{name}.resume")
-        partial.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        os.replace(partial, path)
+        write_whole(path, "".join(line + "\n" for line in kept))
