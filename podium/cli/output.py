@@ -22,23 +22,17 @@ from rich.table import Table
 
 from podium.errors import ConfigError, WorkerError
 from podium.files import strict_json
+from podium.printable import printable
 
 TRUNCATE = 300
-# C0 and C1 controls but newline and tab, DEL, and the bidirectional overrides and isolates
-# (they reorder what follows on the line)
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-_RAW_IN_JSON = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # json.dumps leaves them
-
-
-def _escaped(match: re.Match) -> str:
-    code = ord(match[0])
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+# the C1 controls, DEL and the bidirectional overrides and isolates, which json.dumps leaves raw
+_RAW_IN_JSON = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def visible(text: object) -> str:
-    """`text` safe to print as it is: every control character but newline and tab (and a
-    line ending's carriage return) shown escaped, e.g. ESC as `\\x1b`."""
-    return _UNPRINTABLE.sub(_escaped, str(text).replace("\r\n", "\n"))
+    """`text` safe to print as it is (`podium.printable`): every control character but
+    newline and tab (and a line ending's carriage return) shown escaped, e.g. ESC as `\\x1b`."""
+    return printable(str(text).replace("\r\n", "\n"), keep="\n\t")
 
 
 def safe(text: object) -> str:

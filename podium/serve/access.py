@@ -26,15 +26,9 @@ import logging
 import time
 from typing import Any
 
-log = logging.getLogger("podium.serve")
+from podium.printable import printable
 
-def printable(text: str) -> str:
-    """`text` with each character that is not printable (`str.isprintable`: controls, line
-    and format characters, lone surrogates...) written as its Python escape."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace")
-                   .decode("ascii") for c in text)
+log = logging.getLogger("podium.serve")
 
 
 class Printable(logging.Filter):
