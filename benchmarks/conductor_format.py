@@ -19,9 +19,9 @@ from collections import Counter
 from pathlib import Path
 
 from podium.conductor import Conductor
+from podium.conductor.view import make_view
 from podium.config import load_pool
 from podium.llm.registry import build_client
-from podium.subpool import make_view
 
 QUESTIONS = [
     "What is 17 * 23?",

@@ -129,7 +129,7 @@ def fixed_tables(plans: dict[str, dict[str, Any]], items: list[Any], names: list
                  prices: list[float], budget: float) -> dict[str, Any]:
     """At one price list and budget: each single worker's accuracy, each plan's accuracy per
     family (over budget: 0), and the best fixed policy (the best plan of each family)."""
-    from podium.budget import plan_price
+    from podium.conductor.budget import plan_price
 
     families = sorted({i.meta["family"] for i in items})
     fam_of = [i.meta["family"] for i in items]
@@ -156,7 +156,7 @@ def fixed_tables(plans: dict[str, dict[str, Any]], items: list[Any], names: list
 def score_policy(plan: Any, task: Any, items: list[Any], lists: dict[str, dict[str, Any]],
                  ) -> dict[str, list[dict[str, Any]]]:
     """The live policy's greedy plans at every budget of every list (podium.train.heldout)."""
-    from podium.budget import RequestBudget
+    from podium.conductor.budget import RequestBudget
     from podium.train.heldout import HeldOut
 
     out: dict[str, list[dict[str, Any]]] = {}

@@ -102,9 +102,9 @@ class HeldOut(podium_heldout.HeldOut):
         """A completion of the prompt's prefill that writes this workflow for `item`, its
         question as every step's subtask (what a worker that sees only its subtask needs;
         in question mode the specialists read the question anyway)."""
+        from podium.conductor.grammar import OPENING
+        from podium.conductor.prompt import get_prompt
         from podium.train.explore import question_subtask
-        from podium.workflow.grammar import OPENING
-        from podium.workflow.prompt import get_prompt
 
         settings = self.run.settings
         opened = get_prompt(settings.prompt).prefill.rstrip().endswith(OPENING)

@@ -74,7 +74,7 @@ class Timer:
 
 
 def register_prompt() -> None:
-    from podium.workflow.prompt import PROMPTS, ConductorPrompt
+    from podium.conductor.prompt import PROMPTS, ConductorPrompt
 
     PROMPTS["bench-router"] = ConductorPrompt(
         name="bench-router", system="You pick which model answers the question.",

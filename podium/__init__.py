@@ -10,10 +10,10 @@
     asyncio.run(main())
 """
 
+from podium.conductor.parse import parse_workflow
 from podium.config import ModelSpec, Pool, RunSettings, load_pool
 from podium.errors import ConfigError, PodiumError, WorkerError, WorkflowParseError
 from podium.pipeline import Pipeline, RunResult
-from podium.workflow.parse import parse_workflow
 from podium.workflow.types import Step, Workflow
 
 __version__ = "0.1.0"

@@ -202,7 +202,7 @@ class ConductorSpec(ModelSpec):
 class RunSettings(_Frozen):
     """How a question is run. Every field is also a `[run]` key in the pool file."""
 
-    prompt: str = Field("v1", description="Conductor prompt version (podium.workflow.prompt).")
+    prompt: str = Field("v1", description="Conductor prompt version (podium.conductor.prompt).")
     fewshots: str = Field("ood", description="Few-shot set: ood | short | none.")
     pool_display: Literal["masked", "names", "descriptions"] = Field(
         "masked", description="How the Conductor sees workers: masked ids (the paper) or names.")
@@ -267,10 +267,10 @@ class RunSettings(_Frozen):
     max_cost: float | None = Field(None, ge=0, description="Per-question cap on cost (USD).")
     show_budget: bool = Field(False, description="Show the Conductor the request's budget: "
                               "each worker's line says how many of its calls the budget pays "
-                              "for at list price (podium.budget). Off: the paper's prompt.")
+                              "for at list price (podium.conductor.budget). Off: the paper's prompt.")
     hold_budget: bool = Field(False, description="A constrained Conductor with a request's "
                               "budget writes only plans whose list price fits it (the grammar "
-                              "holds its worker ids; podium.budget). Off: the budget is shown "
+                              "holds its worker ids; podium.conductor.budget). Off: the budget is shown "
                               "(show_budget) or checked, never enforced.")
 
 

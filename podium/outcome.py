@@ -45,14 +45,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from podium.budget import BudgetCheck
+from podium.conductor.budget import BudgetCheck
 from podium.errors import INTERNAL
 from podium.scoring.base import Grade
 
 if TYPE_CHECKING:  # records only: the pipeline builds them
     from podium.conductor import ConductorTurn
     from podium.tasks.base import Item, Task
-    from podium.workflow.execute import WorkflowRun
+    from podium.workflow.execute import Execution
 
 FailureClass = Literal["model", "worker", "infra"]
 FAILURE_CLASSES: tuple[str, ...] = ("model", "worker", "infra")
@@ -234,7 +234,7 @@ class Round:
     no Conductor call), the workflow run if one ran, and the answer it gave."""
 
     conductor: ConductorTurn
-    run: WorkflowRun | None
+    execution: Execution | None
     answer: str | None
 
 
@@ -272,14 +272,14 @@ def _decision(rnd: Round) -> Decision:
     return "planned" if turn.round == 0 else "revised"
 
 
-def _run_failures(run: WorkflowRun) -> list[Failure]:
+def _run_failures(run: Execution) -> list[Failure]:
     out = []
     for s in run.steps:
         where = f"step {s.index} ({s.worker_name}), round {s.round}"
         if s.status == "error":
             out.append(call_failure(s.error_kind, s.error or "", where))
-    if run.stopped and run.stopped.startswith("budget"):
-        out.append(Failure("model", "budget", run.stopped, f"round {run.steps[0].round}"
+    if run.stopped and run.stopped.startswith("cap"):
+        out.append(Failure("model", "cap", run.stopped, f"round {run.steps[0].round}"
                            if run.steps else ""))
     return out
 
@@ -292,8 +292,8 @@ def _round_failures(rnd: Round) -> list[Failure]:
         found.append(call_failure(turn.error_kind, turn.error, where))
     if turn.parse_reason is not None:
         found.append(Failure("model", f"parse:{turn.parse_reason}", turn.parse_detail, where))
-    if rnd.run is not None:
-        in_run = _run_failures(rnd.run)
+    if rnd.execution is not None:
+        in_run = _run_failures(rnd.execution)
         if rnd.answer is None and not in_run:
             in_run.append(Failure("model", "no_answer", "the workflow gave no answer",
                                   f"round {turn.round}"))
@@ -325,7 +325,7 @@ def build_outcome(rounds: Sequence[Round], *,
         if turn.messages:
             ledger.call(turn.prompt_tokens, turn.completion_tokens, turn.cost, turn.cache_hit,
                         conductor=True)
-        for s in rnd.run.steps if rnd.run else ():
+        for s in rnd.execution.steps if rnd.execution else ():
             if s.status in ("ok", "error"):
                 ledger.call(s.prompt_tokens, s.completion_tokens, s.cost, s.cache_hit)
         decision = _decision(rnd)
@@ -351,7 +351,7 @@ def build_outcome(rounds: Sequence[Round], *,
 
 def _fallback_note(rnd: Round) -> str:
     turn = rnd.conductor
-    step = rnd.run.steps[0] if rnd.run and rnd.run.steps else None
+    step = rnd.execution.steps[0] if rnd.execution and rnd.execution.steps else None
     who = f"worker {step.worker} ({step.worker_name})" if step else "one worker"
     return (f"The Conductor's output is not a valid workflow ({turn.parse_reason}: "
             f"{turn.parse_detail}); one step on {who} answered instead (run.fallback).")

@@ -23,21 +23,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from podium.budget import BudgetCheck, RequestBudget, plan_price
 from podium.conductor import Conductor, ConductorTurn
+from podium.conductor.budget import BudgetCheck, RequestBudget, plan_price
+from podium.conductor.view import PoolView, settings_view
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
 from podium.llm.base import ChatClient, Sampling
 from podium.llm.cache import ResponseCache, default_cache_path
 from podium.llm.registry import build_clients
 from podium.outcome import Outcome, Round, build_outcome
-from podium.subpool import PoolView, settings_view
 from podium.workflow.execute import (
-    Budget,
+    Caps,
     ExecOptions,
+    Execution,
     StepRecord,
     Team,
-    WorkflowRun,
     execute_workflow,
 )
 from podium.workflow.render import MessageOptions
@@ -76,7 +76,7 @@ class RunResult:
         if self.outcome.answer_round is not None:
             return self.rounds[self.outcome.answer_round]
         for rnd in reversed(self.rounds):
-            if rnd.run is not None:
+            if rnd.execution is not None:
                 return rnd
         return self.rounds[-1]
 
@@ -88,12 +88,12 @@ class RunResult:
             "workflow": [
                 {"worker": s.worker_name, "worker_id": s.worker, "subtask": s.subtask,
                  "access": access_json(s.access)}
-                for s in (final.run.steps if final.run else [])
+                for s in (final.execution.steps if final.execution else [])
             ],
-            "steps": [s.to_json() for r in self.rounds if r.run for s in r.run.steps],
+            "steps": [s.to_json() for r in self.rounds if r.execution for s in r.execution.steps],
             "conductor": [
                 {**r.conductor.to_json(), "answer": r.answer,
-                 "stopped": r.run.stopped if r.run else None}
+                 "stopped": r.execution.stopped if r.execution else None}
                 for r in self.rounds
             ],
             "wall_s": round(self.wall_s, 3),
@@ -165,9 +165,9 @@ class Pipeline:
         if self.cache is not None:
             self.cache.close()
 
-    def _spend(self, turn: ConductorTurn, budget: Budget) -> None:
+    def _spend(self, turn: ConductorTurn, caps: Caps) -> None:
         if not turn.cache_hit:
-            budget.spend(turn.prompt_tokens + turn.completion_tokens, turn.cost)
+            caps.spend(turn.prompt_tokens + turn.completion_tokens, turn.cost)
 
     def _result(self, question: str, rounds: list[Round], stopped: str | None,
                 t0: float, budget: RequestBudget | None = None) -> RunResult:
@@ -180,7 +180,7 @@ class Pipeline:
     def _check(self, rounds: Sequence[Round], budget: RequestBudget) -> BudgetCheck:
         """Every round's plan priced at the request's call prices, against its budget."""
         prices = budget.call_prices(self.pool.workers)
-        steps = [s for r in rounds if r.run for s in r.run.steps]
+        steps = [s for r in rounds if r.execution for s in r.execution.steps]
         costs = [s.cost for s in steps if s.status in ("ok", "error")]
         known = [c for c in costs if c is not None]
         charged = sum(known) if len(known) == len(costs) else None
@@ -188,8 +188,8 @@ class Pipeline:
                            charged)
 
     async def _execute(self, workflow: Workflow, question: str, round_index: int,
-                       previous: WorkflowRun | None, budget: Budget, sample_id: int | str,
-                       on_event: Event | None, stream: bool = False) -> WorkflowRun:
+                       previous: Execution | None, caps: Caps, sample_id: int | str,
+                       on_event: Event | None, stream: bool = False) -> Execution:
         """The round's workflow run. With `stream`, its last step's text is streamed to
         `on_event` as the worker writes it when that text will be the answer: in the last
         round there can be (no recursion round may follow to revise it)."""
@@ -197,7 +197,7 @@ class Pipeline:
             workflow, question, self.team,
             options=exec_options(self.settings, self.answer_sampling),
             previous_round=previous.prior_steps() if previous else (),
-            round_index=round_index, sample_id=sample_id, budget=budget, on_event=on_event,
+            round_index=round_index, sample_id=sample_id, caps=caps, on_event=on_event,
             stream_answer=stream and round_index == self.settings.recursion,
         )
 
@@ -213,7 +213,7 @@ class Pipeline:
         t0 = time.perf_counter()
         s = self.settings
         request = _request_budget(budget)
-        caps = Budget(s.max_calls, s.max_tokens, s.max_cost)
+        caps = Caps(s.max_calls, s.max_tokens, s.max_cost)
         turn = ConductorTurn(0, [], workflow=workflow, extra={"system": label})
         run = await self._execute(workflow, question, 0, None, caps, sample_id, on_event,
                                   stream=stream_answer and answer is None)
@@ -246,7 +246,7 @@ class Pipeline:
         `podium.workflow.execute.AnswerText`), where the worker can stream. `budget` (USD,
         or a `RequestBudget` with its own price list) is what the workflow's worker calls may
         cost: the Conductor is shown it with `run.show_budget`, and the outcome says whether
-        the plan kept to it (`podium.budget`)."""
+        the plan kept to it (`podium.conductor.budget`)."""
         _check_question(question)
         t0 = time.perf_counter()
         request = _request_budget(budget)
@@ -278,46 +278,46 @@ class Pipeline:
                    stream: bool = False, request: RequestBudget | None = None) -> RunResult:
         """Round 0 from the Conductor's turn, then the recursion rounds."""
         s = self.settings
-        budget = Budget(s.max_calls, s.max_tokens, s.max_cost)
-        budget.reserve()  # the Conductor's first call
-        self._spend(turn, budget)
+        caps = Caps(s.max_calls, s.max_tokens, s.max_cost)
+        caps.reserve()  # the Conductor's first call
+        self._spend(turn, caps)
         if turn.workflow is None and turn.error is None and s.fallback:
             turn = self._fallback(turn, view)
         if on_event:
             on_event("conductor", turn)
         run = None
         if turn.workflow is not None:
-            run = await self._execute(turn.workflow, question, 0, None, budget, sample_id,
+            run = await self._execute(turn.workflow, question, 0, None, caps, sample_id,
                                       on_event, stream)
         rounds = [Round(turn, run, run.answer if run else None)]
         stopped = run.stopped if run else None
         for _ in range(s.recursion):
             last = rounds[-1]
-            if last.run is None or last.answer is None:
+            if last.execution is None or last.answer is None:
                 break  # no new answer to show the Conductor: the one that stands is final
-            if why := budget.reserve():
+            if why := caps.reserve():
                 stopped = why
                 break
             turn = await self.conductor.revise(last.conductor, last.answer, sample_id=sample_id)
-            rounds.append(await self._round(question, turn, last, budget, sample_id, on_event,
+            rounds.append(await self._round(question, turn, last, caps, sample_id, on_event,
                                             stream))
-            stopped = (rounds[-1].run.stopped if rounds[-1].run else None) or stopped
-            if rounds[-1].run is None:
+            stopped = (rounds[-1].execution.stopped if rounds[-1].execution else None) or stopped
+            if rounds[-1].execution is None:
                 break  # kept, a format error or a failed call: the Conductor is done
         return self._result(question, rounds, stopped, t0, request)
 
 
-    async def _round(self, question: str, turn: ConductorTurn, last: Round, budget: Budget,
+    async def _round(self, question: str, turn: ConductorTurn, last: Round, caps: Caps,
                      sample_id: int | str, on_event: Event | None,
                      stream: bool = False) -> Round:
         """A recursion round from the Conductor's `turn`: its workflow, if it wrote one, runs
         with the previous round (`last`) visible."""
-        self._spend(turn, budget)
+        self._spend(turn, caps)
         if on_event:
             on_event("conductor", turn)
         if turn.workflow is None:
             return Round(turn, None, None)
-        run = await self._execute(turn.workflow, question, turn.round, last.run, budget,
+        run = await self._execute(turn.workflow, question, turn.round, last.execution, caps,
                                   sample_id, on_event, stream)
         return Round(turn, run, run.answer)
 
@@ -332,7 +332,7 @@ class Pipeline:
         s = self.settings
         request = _request_budget(budget)
         used = previous.outcome.used
-        caps = Budget(s.max_calls, s.max_tokens, s.max_cost, used.calls, used.total_tokens,
+        caps = Caps(s.max_calls, s.max_tokens, s.max_cost, used.calls, used.total_tokens,
                       used.cost or 0.0)
         last = previous.rounds[-1]
         turn = self.conductor.read(completion, last.conductor.view or self.conductor.view,
@@ -341,7 +341,7 @@ class Pipeline:
                                    completion_tokens=completion_tokens)
         caps.reserve()
         rnd = await self._round(previous.question, turn, last, caps, sample_id, None)
-        stopped = (rnd.run.stopped if rnd.run else None) or previous.stopped
+        stopped = (rnd.execution.stopped if rnd.execution else None) or previous.stopped
         return self._result(previous.question, [*previous.rounds, rnd], stopped, t0, request)
 
 

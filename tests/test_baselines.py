@@ -95,9 +95,9 @@ def test_pipeline_and_random_are_deterministic():
     for _ in range(2):
         rec = Recorder()
         result = run("random", rec, question="same question", sample_id=3)
-        shapes.append(result.rounds[0].run.workflow)
+        shapes.append(result.rounds[0].execution.workflow)
     assert shapes[0] == shapes[1]
-    other = [run("random", Recorder(), question=f"q{i}").rounds[0].run.workflow
+    other = [run("random", Recorder(), question=f"q{i}").rounds[0].execution.workflow
              for i in range(8)]
     assert len(set(other)) > 1
 

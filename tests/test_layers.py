@@ -12,11 +12,11 @@ from pathlib import Path
 PODIUM = Path(__file__).resolve().parents[1] / "podium"
 
 LAYERS = [
-    {"redact", "errors", "config", "files", "printable", "workflow.types", "budget"},
+    {"redact", "errors", "config", "files", "printable", "workflow.types"},
     {"llm", "scoring"},
-    {"workflow"},
+    {"workflow", "conductor"},
     {"tasks"},
-    {"subpool", "conductor", "outcome", "pipeline", "baselines", "checkpoint", "viewer"},
+    {"outcome", "pipeline", "baselines", "checkpoint", "viewer"},
     {"eval", "train", "serve"},
     {"cli"},
 ]

@@ -86,11 +86,11 @@ def test_a_recursion_round_cut_short_by_the_budget_keeps_the_previous_answer():
     worker = Model(answers)
     result = ask(Model([ONE_STEP, TWO_STEPS]), worker, RunSettings(recursion=1, max_calls=4))
     assert len(worker.calls) == 2
-    assert result.rounds[1].run is not None and result.rounds[1].answer is None
+    assert result.rounds[1].execution is not None and result.rounds[1].answer is None
     out = result.outcome
     assert out.answer == answers(0) and out.answer_round == 0
-    assert out.stopped and out.stopped.startswith("budget")
-    assert any(f.reason == "budget" and f.cls == "model" for f in out.failures)
+    assert out.stopped and out.stopped.startswith("cap")
+    assert any(f.reason == "cap" and f.cls == "model" for f in out.failures)
     assert any("round 1 produced no answer" in n.lower() and "round 0 stands" in n for n in out.notes)
     assert out.status == "ok" and out.cause is None
     assert result.final_round is result.rounds[0]
@@ -136,7 +136,7 @@ def test_a_failed_call_has_a_known_cost():
     parallel = 'model_id = [0, 0]\nsubtasks = ["Try A", "Try B"]\naccess_list = [[], []]'
     worker = Model(lambda n: WorkerError("w0", "server", "boom") if n == 0 else answers(n))
     result = ask(Model([parallel]), worker, RunSettings(final_answer="last_nonempty"))
-    steps = result.rounds[0].run.steps
+    steps = result.rounds[0].execution.steps
     assert sorted(s.status for s in steps) == ["error", "ok"]
     assert all(s.cost is not None for s in steps)
     one_call = (100 * 1.0 + 10 * 2.0) / 1e6

@@ -11,11 +11,11 @@ import pytest
 import support
 from support import podium
 
+from podium.conductor.view import choose_workers, make_view, sample_subpool
 from podium.config import RunSettings, load_pool, pool_from_dict
 from podium.errors import ConfigError
 from podium.llm.registry import build_client
 from podium.pipeline import Pipeline
-from podium.subpool import choose_workers, make_view, sample_subpool
 from podium.testing import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def test_pipeline_runs_a_subpool(mode):
     else:
         # shown as 0 and 1, which map back to pool workers 2 and 1
         assert "Model id 0" in shown and "Model id 1" in shown and "Model id 2" not in shown
-        assert [s.worker for s in result.rounds[0].run.steps] == [2, 1]
+        assert [s.worker for s in result.rounds[0].execution.steps] == [2, 1]
         assert models == ["conductor", "m2", "m1"]
 
 
@@ -144,7 +144,7 @@ def test_budget_stops_a_workflow_before_it_spends_more():
         n_capped = len(server.stats()["log"])
         server.reset()
         free = asyncio.run(go(RunSettings(cache=False)))
-    steps = capped.rounds[0].run.steps
+    steps = capped.rounds[0].execution.steps
     assert [s.status for s in steps] == ["ok", "skipped", "skipped"]
     assert "max_calls = 2" in steps[1].error and capped.stopped and capped.answer is None
     assert n_capped == 2 and capped.outcome.used.calls == 2  # the Conductor + one worker

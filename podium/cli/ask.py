@@ -7,8 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from podium.budget import parse_budget
 from podium.cli import output
+from podium.conductor.budget import parse_budget
 from podium.errors import ConfigError, PodiumError
 from podium.files import private_dir, strict_json, write_private
 
@@ -25,9 +25,9 @@ async def _ask(question: str, pool_path: str | None, recursion: int | None,
                conductor: str | None = None, allow_pool_mismatch: bool = False,
                budget: float | None = None):
     from podium.checkpoint import with_conductor
+    from podium.conductor.view import choose_workers
     from podium.config import load_pool
     from podium.pipeline import Pipeline
-    from podium.subpool import choose_workers
 
     pool = load_pool(pool_path)
     if conductor:

@@ -159,7 +159,7 @@ class LiveView:
     def summary(self, result, trace: str | None) -> None:
         c = self.console
         for rnd in result.rounds:
-            for rec in rnd.run.steps if rnd.run else []:
+            for rec in rnd.execution.steps if rnd.execution else []:
                 body = (safe(_short(rec.response, self.verbose)) if rec.status == "ok"
                         else f"[red]{rec.status}: {safe(rec.error or '')}[/]")
                 c.print(Panel(body or "[dim](empty response)[/]",

@@ -48,7 +48,7 @@ class EvalSpec:
     retry_errors: bool = False
     traces: bool = False  # also save each item's full trace
     allow_unisolated: bool = False  # grade code where the sandbox cannot isolate it fully
-    budget: float | None = None  # USD per question for the workers' calls (podium.budget)
+    budget: float | None = None  # USD per question for the workers' calls (podium.conductor.budget)
 
 
 OnStart = Callable[[str, int, int], None]  # (label, total attempts, already done)
@@ -62,8 +62,8 @@ async def run_eval(spec: EvalSpec, *, on_start: OnStart | None = None,
     resume already has; `on_record` each new record; `warn` what a person should know (a
     repaired results file, an unisolated code task)."""
     from podium.baselines import blackbox_pool, parse_blackbox
-    from podium.budget import parse_budget
     from podium.checkpoint import with_conductor
+    from podium.conductor.budget import parse_budget
     from podium.config import load_pool
     from podium.eval.folder import FolderLock, prepare_folder
     from podium.scoring.sandbox import require_isolation

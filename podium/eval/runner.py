@@ -57,7 +57,7 @@ class EvalConfig:
     concurrency: int = 4
     retry_errors: bool = False
     save_traces: bool = False
-    budget: float | None = None  # USD per question for the workers (podium.budget)
+    budget: float | None = None  # USD per question for the workers (podium.conductor.budget)
 
 
 @dataclass
@@ -258,7 +258,7 @@ def run_record(result: RunResult) -> dict[str, Any]:
         **({"grade_details": grade["details"]} if grade.get("details") else {}),
         **data,
         "workflow": [{"worker": s.worker, "name": s.worker_name, "access": access_json(s.access)}
-                     for s in (final.run.steps if final.run else [])],
+                     for s in (final.execution.steps if final.execution else [])],
         "latency_s": round(result.wall_s, 3),
     }
 

@@ -47,7 +47,7 @@ def podium_json(result) -> dict[str, Any]:
 def finish_reason(result) -> str:
     """"length" when the step whose response is the answer stopped at its token limit."""
     answer = result.answer
-    run = result.final_round.run
+    run = result.final_round.execution
     if answer is None or run is None:
         return "stop"
     for step in reversed(run.steps):

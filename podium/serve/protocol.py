@@ -38,7 +38,7 @@ them at the top level of the JSON body, or as strings in `metadata`; a top-level
     max_cost         cap on cost in USD for this request (never above the pool's own cap)
     budget           what the workers' calls may cost in USD (list price): shown to the
                      Conductor with the pool's run.show_budget; the trace says whether the
-                     plan kept to it (podium.budget). A cap stops calls; a budget does not.
+                     plan kept to it (podium.conductor.budget). A cap stops calls; a budget does not.
     return_trace_id  true: the response carries `podium_trace_id` and `X-Podium-Trace-Id`
 
 **Sampling fields** are validated as the OpenAI API validates them (type and range; a 400

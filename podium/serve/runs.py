@@ -92,10 +92,10 @@ def no_answer_error(result, tid: str) -> ApiError:
     cause = result.outcome.cause
     why = public_cause(cause) if cause else "the workflow produced no answer"
     where = f"The trace {tid} has the details."
-    if cause is not None and cause.reason == "budget":
-        return ApiError(400, f"The team produced no answer: {why}. The budget ran out before "
+    if cause is not None and cause.reason == "cap":
+        return ApiError(400, f"The team produced no answer: {why}. A cap was reached before "
                         "an answer: raise the request's max_calls, max_total_tokens or "
-                        "max_cost (or leave them to the pool's).", code="budget_exhausted",
+                        "max_cost (or leave them to the pool's).", code="cap_reached",
                         trace_id=tid)
     if cause is not None and cause.cls == "worker":
         return ApiError(502, f"The team produced no answer: {why}. A model endpoint of the "
@@ -112,9 +112,9 @@ def no_answer_error(result, tid: str) -> ApiError:
 def public_cause(cause) -> str:
     """What a client is told of the failure that decided a run: where it happened (the step
     and its worker's pool name, or the Conductor) and its kind, e.g. "step 0 (w1), round 0
-    failed: transport (a worker failure)". A budget's own sentence is podium's and says which
+    failed: transport (a worker failure)". A cap's own sentence is podium's and says which
     cap; any other detail may hold an endpoint's address or its error text, and is left out."""
-    if cause.reason == "budget":
+    if cause.reason == "cap":
         return cause.sentence()
     where = f"{cause.where} failed" if cause.where else "the run failed"
     article = "an" if cause.cls[0] in "aeiou" else "a"

@@ -126,7 +126,7 @@ class SubpoolSection(_Section):
 
 
 class BudgetSection(_Section):
-    """Budget-conditioned training (podium.budget): each row draws a budget, and optionally a
+    """Budget-conditioned training (podium.conductor.budget): each row draws a budget, and optionally a
     perturbed price list, shown to the policy with `run.show_budget`; the reward scores a plan
     over it as `[reward] over_budget` says."""
 

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from podium.budget import RequestBudget, plan_fits
 from podium.conductor import fixed_completion, grammar_for
+from podium.conductor.budget import RequestBudget, plan_fits
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
 from podium.train import rollout_info

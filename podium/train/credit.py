@@ -39,7 +39,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from podium.workflow.grammar import OPENING
+from podium.conductor.grammar import OPENING
 
 _STRING = re.compile(r'"[^"]*"')
 _ACCESS = re.compile(r'\[\]|"all"')

@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Any
 
-from podium.budget import RequestBudget, call_prices
 from podium.conductor import workflow_messages
+from podium.conductor.budget import RequestBudget, call_prices
+from podium.conductor.view import PoolView, sample_subpool, settings_view
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
-from podium.subpool import PoolView, sample_subpool, settings_view
 from podium.tasks import get_task
 from podium.tasks.base import Item, Task
 from podium.train.config import BudgetSection, DataSection, SubpoolSection

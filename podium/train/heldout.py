@@ -28,9 +28,9 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from podium.budget import RequestBudget, format_budget
 from podium.checkpoint import write_card
 from podium.conductor import workflow_messages
+from podium.conductor.budget import RequestBudget, format_budget
 from podium.outcome import grade_outcome
 
 BATCH = 16  # held-out prompts generated together
@@ -136,8 +136,8 @@ class HeldOut:
             groups.setdefault(key, []).append(ok)
             if several and b is not None:
                 groups.setdefault(f"budget {format_budget(b.amount)}", []).append(ok)
-        plans = [tuple(s.worker_name for s in r.rounds[0].run.steps)
-                 if r.rounds[0].run is not None else None for _, r, _ in graded]
+        plans = [tuple(s.worker_name for s in r.rounds[0].execution.steps)
+                 if r.rounds[0].execution is not None else None for _, r, _ in graded]
         budgeted = [o.budget for _, _, o in graded if o.budget is not None]
         return HeldOutResult(
             step, statistics.fmean(right), statistics.fmean(p is not None for p in plans),

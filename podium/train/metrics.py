@@ -54,7 +54,7 @@ class RolloutRecord:
             tokens=outcome.used.total_tokens, cost=outcome.used.cost,
             parse_failures=tuple(reason for _, reason in outcome.parse_failures()),
             steps=len(workflow) if workflow is not None else None,
-            picks=tuple((s.index, s.worker_name) for s in (first.run.steps if first.run else ())),
+            picks=tuple((s.index, s.worker_name) for s in (first.execution.steps if first.execution else ())),
             explored=explored, round=round_,
             decision=outcome.rounds[-1].decision if outcome.rounds else None,
             over_budget=outcome.budget.over if outcome.budget else None)

@@ -1,6 +1,6 @@
-"""The Conductor's language: types, prompt, parse, render, execute, grammar."""
+"""The workflow language and how it runs: types, the messages a step's worker gets, the
+executor. (The Conductor, which writes workflows, is `podium.conductor`.)"""
 
-from podium.workflow.parse import parse_workflow
 from podium.workflow.types import Access, Step, Workflow
 
-__all__ = ["Access", "Step", "Workflow", "parse_workflow"]
+__all__ = ["Access", "Step", "Workflow"]

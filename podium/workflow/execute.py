@@ -19,9 +19,9 @@ client can stream: each piece of its text is emitted as an `AnswerText` event as
 writes it, scrubbed of secrets (`podium.redact.ScrubbedStream`); what was emitted is a prefix
 of the step's response. A client that cannot stream, or a cached reply, emits nothing.
 
-A `Budget` caps one question's calls, tokens and cost across the Conductor and every round:
+`Caps` hold one question's calls, tokens and cost across the Conductor and every round:
 a step that would go past a cap is not called; it and the steps after it are `skipped` with the
-budget as the recorded reason. Calls are reserved before they start, so parallel steps never
+cap as the recorded reason. Calls are reserved before they start, so parallel steps never
 exceed `max_calls`; tokens and cost are known only afterwards, so those caps stop the next call
 once what has been spent reaches them.
 """
@@ -81,7 +81,7 @@ class StepRecord:
 
 
 @dataclass
-class WorkflowRun:
+class Execution:
     workflow: Workflow
     steps: list[StepRecord]
     answer: str | None
@@ -104,8 +104,9 @@ class ExecOptions:
 
 
 @dataclass
-class Budget:
-    """Per-question caps (None = no cap) and what has been spent so far."""
+class Caps:
+    """A question's caps (`max_calls`, `max_tokens`, `max_cost`; None = no cap) and what has
+    been spent so far. A cap stops calls; a budget (`podium.conductor.budget`) does not."""
 
     max_calls: int | None = None
     max_tokens: int | None = None
@@ -117,11 +118,11 @@ class Budget:
     def reserve(self) -> str | None:
         """Take one call, or return why not (a cap is reached)."""
         if self.max_calls is not None and self.calls >= self.max_calls:
-            return f"budget: max_calls = {self.max_calls} reached"
+            return f"cap: max_calls = {self.max_calls} reached"
         if self.max_tokens is not None and self.tokens >= self.max_tokens:
-            return f"budget: max_tokens = {self.max_tokens} reached ({self.tokens} spent)"
+            return f"cap: max_tokens = {self.max_tokens} reached ({self.tokens} spent)"
         if self.max_cost is not None and self.cost >= self.max_cost:
-            return f"budget: max_cost = ${self.max_cost} reached (${self.cost:.6f} spent)"
+            return f"cap: max_cost = ${self.max_cost} reached (${self.cost:.6f} spent)"
         self.calls += 1
         return None
 
@@ -132,7 +133,7 @@ class Budget:
 
 class Team:
     """The workers a workflow may call, by pool index, each with a concurrency limit and an
-    optional price (USD per 1M tokens) used for step costs and budgets.
+    optional price (USD per 1M tokens) used for step costs and the cost cap.
 
     Share one Team across concurrent workflows so the limits hold across all of them.
     """
@@ -194,10 +195,10 @@ async def execute_workflow(
     previous_round: Sequence[PriorStep] = (),
     round_index: int = 0,
     sample_id: int | str = 0,
-    budget: Budget | None = None,
+    caps: Caps | None = None,
     on_event: StepEvent | None = None,
     stream_answer: bool = False,
-) -> WorkflowRun:
+) -> Execution:
     """Run every step of `workflow` (already validated against the team's size)."""
     workflow.validate(len(team))
     t0 = time.perf_counter()
@@ -230,7 +231,7 @@ async def execute_workflow(
                                            previous_round=previous_round,
                                            options=options.messages)
             async with team.semaphores[rec.worker]:
-                if not stop and budget is not None and (why := budget.reserve()):
+                if not stop and caps is not None and (why := caps.reserve()):
                     stop.append(why)
                 if stop:
                     return skip(rec)
@@ -268,8 +269,8 @@ async def execute_workflow(
                 text.close()
         price = team.prices[rec.worker]
         rec.cost = price.cost(rec.prompt_tokens, rec.completion_tokens) if price else None
-        if budget is not None and not rec.cache_hit:
-            budget.spend(rec.prompt_tokens + rec.completion_tokens, rec.cost)
+        if caps is not None and not rec.cache_hit:
+            caps.spend(rec.prompt_tokens + rec.completion_tokens, rec.cost)
         rec.finished_s = time.perf_counter() - t0
         if rec.status == "error" and options.on_error == "stop" and not stop:
             stop.append(f"stopped: step {rec.index} ({rec.worker_name}) failed")
@@ -277,5 +278,5 @@ async def execute_workflow(
 
     await asyncio.gather(*(run_step(i) for i in range(len(records))))
     answer = None if stop else final_answer(records, options.final_answer)
-    return WorkflowRun(workflow, records, answer, stop[0] if stop else None,
+    return Execution(workflow, records, answer, stop[0] if stop else None,
                        time.perf_counter() - t0)

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
+from podium.conductor.parse import parse_workflow
 from podium.config import RunSettings, pool_from_dict
 from podium.llm.openai_compat import OpenAICompatClient
 from podium.pipeline import Pipeline
 from podium.workflow.execute import ExecOptions, Team, execute_workflow
-from podium.workflow.parse import parse_workflow
 from podium.workflow.types import Workflow
 
 
@@ -71,7 +71,7 @@ def test_constrained_conductor_over_http_writes_valid_workflows(llama_server):
         assert turn.parse_reason is None and not turn.fallback
         # the completion itself reads back to the executed workflow
         assert parse_workflow(turn.completion, num_workers=2) == turn.workflow
-        assert all(s.status == "ok" for s in result.rounds[0].run.steps)
+        assert all(s.status == "ok" for s in result.rounds[0].execution.steps)
         assert isinstance(result.answer, str)
         usage = result.outcome.used
         assert usage.calls == 1 + len(turn.workflow)
@@ -97,9 +97,9 @@ def test_recursion_round_over_http(llama_server):
     shown = second.conductor.messages[3]["content"]
     assert result.rounds[0].answer.strip()[:40] in shown
     if second.conductor.kept:
-        assert second.run is None and result.answer == result.rounds[0].answer
+        assert second.execution is None and result.answer == result.rounds[0].answer
         assert result.outcome.answer_round == 0
     else:  # a new workflow ran; its answer replaces round 0's unless it produced none
-        assert second.run is not None
+        assert second.execution is not None
         assert result.answer == (second.answer if second.answer is not None
                                  else result.rounds[0].answer)

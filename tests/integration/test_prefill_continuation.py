@@ -14,11 +14,11 @@ import json
 import re
 import urllib.request
 
+from podium.conductor.parse import parse_workflow
 from podium.config import pool_from_dict
 from podium.llm.chat_template import load_chat_template
 from podium.llm.openai_compat import OpenAICompatClient
 from podium.pipeline import Pipeline
-from podium.workflow.parse import parse_workflow
 
 PREFILL = "Sure: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"
 COUNT = [{"role": "user", "content": "Count from 1 to 30, separated by commas."},
@@ -97,4 +97,4 @@ def test_conductor_continues_its_prefill_over_http(llama_server, gguf_path):
     assert turn.messages[-1]["role"] == "assistant"  # the prompt ended with the prefill
     assert turn.parse_reason is None and not turn.fallback
     assert parse_workflow(turn.completion, num_workers=2) == turn.workflow
-    assert all(s.status == "ok" for s in result.rounds[0].run.steps)
+    assert all(s.status == "ok" for s in result.rounds[0].execution.steps)

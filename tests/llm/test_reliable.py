@@ -23,7 +23,7 @@ from podium.llm.base import ChatResponse, Message, retry_after
 from podium.llm.openai_compat import OpenAICompatClient, _env_proxy
 from podium.llm.reliable import RateLimiter, ReliableClient, estimate_tokens
 from podium.testing import ScriptedServer
-from podium.workflow.execute import ExecOptions, Team, WorkflowRun, execute_workflow
+from podium.workflow.execute import ExecOptions, Execution, Team, execute_workflow
 from podium.workflow.types import Workflow
 
 TIMEOUT = 20.0  # generous: reached only when the behaviour under test is broken
@@ -240,7 +240,7 @@ def test_a_permanent_server_error_gives_up_after_the_retries(transport: str,
 @pytest.mark.parametrize("on_error", ["continue", "stop"])
 def test_a_failing_worker_follows_the_failure_policy(server: ScriptedServer,
                                                       on_error: Any) -> None:
-    async def main() -> WorkflowRun:
+    async def main() -> Execution:
         clients = [reliable(server, "w0"), reliable(server, "dead", retries=1)]
         wf = Workflow.of([(1, "FAILS", ()), (0, "AFTER", "all")])
         try:

@@ -147,11 +147,11 @@ def test_a_requests_budget_is_priced_in_its_trace_and_a_bad_one_is_a_400(client,
         assert resp.status_code == 400 and resp.json()["error"]["param"] == "budget"
 
 
-def test_budget_option_cuts_the_run_short_with_a_400_the_sdk_does_not_retry(http, server):
+def test_a_cap_cuts_the_run_short_with_a_400_the_sdk_does_not_retry(http, server):
     resp = http.post("/v1/chat/completions", headers=auth(), json=body(max_calls=1))
     assert resp.status_code == 400
     err = resp.json()["error"]
-    assert err["code"] == "budget_exhausted" and "max_calls = 1 reached" in err["message"]
+    assert err["code"] == "cap_reached" and "max_calls = 1 reached" in err["message"]
 
     def traces() -> int:  # one a run
         time.sleep(0.5)  # the writer process's batch
@@ -159,7 +159,7 @@ def test_budget_option_cuts_the_run_short_with_a_400_the_sdk_does_not_retry(http
 
     retrying = openai.OpenAI(base_url=f"{server.base}/v1", api_key=KEY, max_retries=2)
     before = traces()
-    with pytest.raises(openai.BadRequestError, match="budget ran out"):
+    with pytest.raises(openai.BadRequestError, match="A cap was reached"):
         retrying.chat.completions.create(model="podium", messages=msgs(),
                                          extra_body={"max_calls": 1})
     assert traces() - before == 1  # run once: the SDK retries a 5xx twice (three runs paid)

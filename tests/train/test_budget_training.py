@@ -139,10 +139,10 @@ def test_held_rollouts_and_their_explored_plans_fit_each_rows_budget(priced, tok
     """`run.hold_budget`: each row's grammar admits only the plans its own budget pays for at
     its own prices, and the plans exploration draws for it fit too."""
     pytest.importorskip("xgrammar")
-    from podium.budget import plan_price
+    from podium.conductor.budget import plan_price
     from podium.train.constrained import ConstrainedRollout, Grammars, GrammarSpec
     from podium.train.explore import draw_skeletons
-    from tests.workflow.test_grammar import accepts
+    from tests.conductor.test_grammar import accepts
 
     settings = priced.run.model_copy(update={"prompt": "compact-defined", "hold_budget": True})
     data = build_data(DataSection(tasks=[{"name": "gym", "options": {
@@ -181,7 +181,7 @@ def test_a_held_recursion_round_is_held_to_what_its_first_plan_left(priced, toke
     """The recursion fine-tune under `run.hold_budget`: round 0 is held to the row's budget,
     the revision to that budget less the round-0 plan's list price."""
     pytest.importorskip("xgrammar")
-    from podium.budget import RequestBudget
+    from podium.conductor.budget import RequestBudget
     from podium.train.config import RecursionSection
     from podium.train.constrained import Grammars
     from podium.train.data import budget_json

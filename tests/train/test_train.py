@@ -21,7 +21,7 @@ pytest.importorskip("trl")
 from support import podium, tiny_llama  # noqa: E402
 
 from podium.cli.main import app  # noqa: E402
-from podium.workflow.prompt import PROMPTS, ConductorPrompt  # noqa: E402
+from podium.conductor.prompt import PROMPTS, ConductorPrompt  # noqa: E402
 
 ROUTER = ConductorPrompt(
     name="router-test",

@@ -21,7 +21,7 @@ from podium.llm.function import FunctionClient
 from podium.llm.openai_compat import OpenAICompatClient
 from podium.pipeline import FALLBACK_SUBTASK, Pipeline, RunResult
 from podium.testing import ScriptedServer
-from podium.workflow.execute import ExecOptions, Team, WorkflowRun, execute_workflow
+from podium.workflow.execute import ExecOptions, Execution, Team, execute_workflow
 from podium.workflow.render import PREVIOUS_ROUND, MessageOptions
 from podium.workflow.types import Workflow
 
@@ -47,7 +47,7 @@ def run(coro: Awaitable[Any]) -> Any:
     return asyncio.run(guarded())
 
 
-def execute(workflow: Workflow, team: Team, **kwargs: Any) -> Awaitable[WorkflowRun]:
+def execute(workflow: Workflow, team: Team, **kwargs: Any) -> Awaitable[Execution]:
     return execute_workflow(workflow, QUESTION, team, **kwargs)
 
 
@@ -89,7 +89,7 @@ class CallLog:
 
 
 def test_independent_steps_run_at_the_same_time_and_the_aggregator_waits() -> None:
-    async def main() -> tuple[WorkflowRun, CallLog]:
+    async def main() -> tuple[Execution, CallLog]:
         from_a, from_b = asyncio.Event(), asyncio.Event()
 
         async def a(_: list[Message]) -> None:
@@ -117,7 +117,7 @@ def test_independent_steps_run_at_the_same_time_and_the_aggregator_waits() -> No
 
 
 def test_a_chain_runs_in_order() -> None:
-    async def main() -> tuple[WorkflowRun, CallLog]:
+    async def main() -> tuple[Execution, CallLog]:
         log = CallLog()
         team = Team([fn_client(f"w{i}", log) for i in range(3)], max_concurrency=4)
         wf = Workflow.of([(0, "S0", ()), (1, "S1", "all"), (2, "S2", "all")])
@@ -132,7 +132,7 @@ def test_a_chain_runs_in_order() -> None:
 
 
 def test_index_access_waits_only_for_the_named_steps() -> None:
-    async def main() -> tuple[WorkflowRun, CallLog]:
+    async def main() -> tuple[Execution, CallLog]:
         from_s2 = asyncio.Event()
 
         async def s1(_: list[Message]) -> None:
@@ -155,7 +155,7 @@ def test_index_access_waits_only_for_the_named_steps() -> None:
 
 
 def test_a_late_step_with_no_access_does_not_wait_for_earlier_steps() -> None:
-    async def main() -> tuple[WorkflowRun, CallLog]:
+    async def main() -> tuple[Execution, CallLog]:
         from_s2 = asyncio.Event()
 
         async def s0(_: list[Message]) -> None:
@@ -221,7 +221,7 @@ async def boom(_: list[Message]) -> str:
 
 
 def test_on_error_continue_records_the_error_and_runs_later_steps() -> None:
-    async def main() -> tuple[WorkflowRun, CallLog]:
+    async def main() -> tuple[Execution, CallLog]:
         log = CallLog()
         team = Team([fn_client("bad", boom), fn_client("good", log)])
         wf = Workflow.of([(0, "FAILS", ()), (1, "S1", ()), (1, "S2", "all")])
@@ -240,7 +240,7 @@ def test_on_error_continue_records_the_error_and_runs_later_steps() -> None:
 
 
 def test_on_error_stop_skips_the_steps_not_yet_started() -> None:
-    async def main() -> tuple[WorkflowRun, CallLog]:
+    async def main() -> tuple[Execution, CallLog]:
         started_s1, failed = asyncio.Event(), asyncio.Event()
 
         async def fails(_: list[Message]) -> str:
@@ -275,7 +275,7 @@ def test_a_client_raising_a_plain_exception_is_recorded_as_internal() -> None:
                        sample_id: int = 0) -> Any:
             raise KeyError("no-such-thing")
 
-    async def main() -> WorkflowRun:
+    async def main() -> Execution:
         return await execute(Workflow.of([(0, "x", ())]), Team([Broken()]))
 
     result = run(main())
@@ -300,7 +300,7 @@ def test_function_workers_may_be_any_kind_of_async_callable() -> None:
     def plain(messages: list[Message]) -> str:
         return "FROM-SYNC"
 
-    async def main() -> WorkflowRun:
+    async def main() -> Execution:
         fns: list[Any] = [AsyncCallable(), coro, returns_awaitable, plain]
         team = Team([fn_client(f"w{i}", fn) for i, fn in enumerate(fns)])
         return await execute(Workflow.of([(i, f"T{i}", ()) for i in range(4)]), team)
@@ -322,7 +322,7 @@ def fixed(responses: dict[str, str]) -> Fn:
 
 
 def answer_of(rule: str, responses: dict[str, str]) -> str | None:
-    async def main() -> WorkflowRun:
+    async def main() -> Execution:
         team = Team([fn_client("w0", fixed(responses))])
         wf = Workflow.of([(0, task, "all") for task in responses])
         return await execute(wf, team, options=ExecOptions(final_answer=rule))
@@ -346,7 +346,7 @@ def test_final_answer_last_nonempty_returns_the_latest_nonempty_response() -> No
 
 
 def test_records_hold_exactly_the_messages_the_worker_received() -> None:
-    async def main() -> tuple[WorkflowRun, CallLog]:
+    async def main() -> tuple[Execution, CallLog]:
         log = CallLog()
         team = Team([fn_client("w0", log), fn_client("w1", log)])
         wf = Workflow.of([(1, "S0", ()), (0, "S1", "all"), (1, "S2", (0,))])
@@ -365,7 +365,7 @@ def test_records_hold_exactly_the_messages_the_worker_received() -> None:
 def test_step_events_are_emitted_in_order() -> None:
     seen: list[tuple[str, int, str]] = []
 
-    async def main() -> WorkflowRun:
+    async def main() -> Execution:
         team = Team([fn_client("w0", CallLog())])
         wf = Workflow.of([(0, "S0", ()), (0, "S1", "all")])
         return await execute(wf, team, on_event=lambda k, r: seen.append((k, r.index, r.status)))
@@ -402,8 +402,8 @@ def http_client(server: ScriptedServer, model: str) -> OpenAICompatClient:
 
 
 def run_http(server: ScriptedServer, models: list[str], workflow: Workflow,
-             limit: int | list[int] = 4, **kwargs: Any) -> WorkflowRun:
-    async def main() -> WorkflowRun:
+             limit: int | list[int] = 4, **kwargs: Any) -> Execution:
+    async def main() -> Execution:
         clients = [http_client(server, m) for m in models]
         try:
             return await execute(workflow, Team(clients, max_concurrency=limit), **kwargs)
@@ -481,7 +481,7 @@ def test_worker_error_kind_reaches_the_record_unchanged() -> None:
                        sample_id: int = 0) -> Any:
             raise WorkerError("rl", "rate_limit", "slow down")
 
-    async def main() -> WorkflowRun:
+    async def main() -> Execution:
         return await execute(Workflow.of([(0, "x", ())]), Team([RateLimited()]))
 
     step = run(main()).steps[0]
@@ -532,7 +532,7 @@ def test_recursion_keeping_the_answer_calls_no_worker() -> None:
     assert result.answer == "ANSWER-0" == result.rounds[0].answer
     assert len(result.rounds) == 2
     kept = result.rounds[1]
-    assert kept.conductor.kept and kept.run is None and kept.answer is None
+    assert kept.conductor.kept and kept.execution is None and kept.answer is None
     assert result.outcome.answer_round == 0 and result.outcome.recursion == "kept"
     assert kept.conductor.parse_reason is None
     assert "ANSWER-0" in conductor.calls[1][-2]["content"]  # the Conductor saw the answer
@@ -549,7 +549,7 @@ def test_recursion_with_a_new_workflow_shows_the_previous_round() -> None:
         text = call[0]["content"]
         assert PREVIOUS_ROUND in text and "ANSWER-0" in text
     assert "ANSWER-1" in worker.calls[2][0]["content"]
-    second = result.rounds[1].run
+    second = result.rounds[1].execution
     assert second is not None and [s.round for s in second.steps] == [1, 1]
     assert result.answer == "ANSWER-2" == result.rounds[1].answer
     assert result.outcome.used.calls == 2 + 3
@@ -571,7 +571,7 @@ def test_unparseable_conductor_output_falls_back_to_one_step() -> None:
     turn = result.rounds[0].conductor
     assert turn.fallback and turn.parse_reason == "unparseable"
     assert len(worker.calls) == 1
-    run_ = result.rounds[0].run
+    run_ = result.rounds[0].execution
     assert run_ is not None and len(run_.steps) == 1
     assert (run_.steps[0].worker, run_.steps[0].subtask) == (0, FALLBACK_SUBTASK)
     assert result.answer == "FALLBACK-ANSWER"
@@ -584,7 +584,7 @@ def test_without_fallback_unparseable_output_calls_no_worker() -> None:
     turn = result.rounds[0].conductor
     assert not turn.fallback and turn.parse_reason == "unparseable"
     assert worker.calls == []
-    assert result.rounds[0].run is None and result.answer is None
+    assert result.rounds[0].execution is None and result.answer is None
 
 
 def test_a_team_can_be_reused_in_a_new_event_loop() -> None:

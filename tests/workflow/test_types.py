@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from podium.workflow.parse import parse_workflow
+from podium.conductor.parse import parse_workflow
 from podium.workflow.types import Step, Workflow
 
 

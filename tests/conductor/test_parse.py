@@ -1,4 +1,4 @@
-"""Tests for podium.workflow.parse: a table of Conductor outputs, plus fuzz and round-trip."""
+"""Tests for podium.conductor.parse: a table of Conductor outputs, plus fuzz and round-trip."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from podium.conductor.parse import parse_workflow
 from podium.errors import PARSE_REASONS, WorkflowParseError
-from podium.workflow.parse import parse_workflow
 from podium.workflow.types import Step, Workflow
 
 PAPER = """To answer this I will first let a strong model solve the problem, then let a second

@@ -13,14 +13,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from podium.budget import plan_price
+from podium.conductor.budget import plan_price
+from podium.conductor.grammar import OPENING, fixed_workflow, workflow_grammar
+from podium.conductor.parse import parse_workflow
+from podium.conductor.prompt import conductor_messages, get_prompt, recursion_messages
+from podium.conductor.view import PoolView
 from podium.config import Price, RunSettings
 from podium.errors import INTERNAL, WorkerError, WorkflowParseError
 from podium.llm.base import ChatClient, Message
-from podium.subpool import PoolView
-from podium.workflow.grammar import OPENING, fixed_workflow, workflow_grammar
-from podium.workflow.parse import parse_workflow
-from podium.workflow.prompt import conductor_messages, get_prompt, recursion_messages
 from podium.workflow.types import Workflow
 
 

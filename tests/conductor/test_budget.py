@@ -9,11 +9,17 @@ import math
 
 import pytest
 
-from podium.budget import BudgetCheck, RequestBudget, call_price, calls_within, parse_budget
+from podium.conductor.budget import (
+    BudgetCheck,
+    RequestBudget,
+    call_price,
+    calls_within,
+    parse_budget,
+)
+from podium.conductor.prompt import PoolEntry, conductor_messages, format_pool
 from podium.config import ModelSpec, Price, pool_from_dict
 from podium.errors import ConfigError
 from podium.pipeline import Pipeline
-from podium.workflow.prompt import PoolEntry, conductor_messages, format_pool
 from podium.workflow.types import Step, Workflow
 from tests.support import podium_in_process
 
@@ -198,8 +204,8 @@ def test_a_held_conductor_writes_only_plans_within_its_budget(budget, fits):
 
 
 def test_the_hold_needs_a_budget_and_leaves_the_cheapest_when_nothing_fits():
-    from podium.workflow.grammar import workflow_grammar
-    from tests.workflow.test_grammar import accepts
+    from podium.conductor.grammar import workflow_grammar
+    from tests.conductor.test_grammar import accepts
 
     prices = {0: 0.004, 1: 0.001, 2: 0.002}
     plan = '{}]\nsubtasks = ["Add them up"{}]\naccess_list = [[]{}]'
@@ -224,9 +230,9 @@ def test_a_revision_round_is_held_to_what_the_first_plan_left():
     from types import SimpleNamespace
 
     from podium.conductor import Conductor, workflow_messages
+    from podium.conductor.view import settings_view
     from podium.config import RunSettings
-    from podium.subpool import settings_view
-    from tests.workflow.test_grammar import accepts
+    from tests.conductor.test_grammar import accepts
 
     grammars: list[str] = []
 

@@ -8,7 +8,7 @@ A `PoolView` is what one Conductor call is shown and how its ids map back to poo
 * `reindexed` ids: the chosen workers are shown as `Model id 0..k-1` and the workflow's ids
   are mapped back to pool indices before it runs.
 
-With a request's budget (`podium.budget`), a view's entries also carry how many of each
+With a request's budget (`podium.conductor.budget`), a view's entries also carry how many of each
 worker's calls the budget pays for, and `budget_line` says the budget, for a Conductor shown
 them (`run.show_budget`); its `prices` (one call's list price per shown worker) let a
 constrained Conductor's grammar hold the plan to the budget (`run.hold_budget`).
@@ -24,10 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from podium.budget import RequestBudget, calls_within, format_budget
+from podium.conductor.budget import RequestBudget, calls_within, format_budget
+from podium.conductor.prompt import PoolEntry
 from podium.config import ModelSpec, RunSettings
 from podium.errors import ConfigError
-from podium.workflow.prompt import PoolEntry
 from podium.workflow.types import Workflow
 
 

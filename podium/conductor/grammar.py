@@ -27,7 +27,7 @@ With `subtasks` as well, one per step, the subtasks are literals too
 `fixed_workflow`, which training then writes instead of sampling.
 
 `prices` (one call's list price per id) with `budget` holds the id list to plans whose list
-price fits the budget (`run.hold_budget`, `podium.budget`): each step count's ids come from a
+price fits the budget (`run.hold_budget`, `podium.conductor.budget`): each step count's ids come from a
 rule per (steps left, money left), so a two-step plan of dear workers is refused where one
 dear step is not. When no worker fits even alone, the grammar holds the plan to one step of
 the cheapest worker (the nearest the budget there is; the run says it is over); in a recursion
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from podium.budget import budget_limit
+from podium.conductor.budget import budget_limit
 
 OPENING = "model_id = ["  # a prefill that ends with this has opened the lists
 
@@ -146,7 +146,7 @@ def _held_ids(worker_ids: Sequence[int], max_steps: int, prices: Mapping[int, fl
     name), and the rules: `bKnJ` admits K ids, comma-separated, whose prices sum to at most
     the J-th amount of money left. Nothing fits: one step of the cheapest worker, or (a
     recursion round, `allow_empty`) no step count at all, leaving only `keep`
-    (`podium.budget.plan_fits` is the same rule, for a plan in hand)."""
+    (`podium.conductor.budget.plan_fits` is the same rule, for a plan in hand)."""
     if prices is None:
         raise ValueError("a budget-held grammar needs the price of each worker id")
     ids = sorted(set(worker_ids))

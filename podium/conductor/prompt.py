@@ -41,14 +41,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from podium.errors import ConfigError
-from podium.workflow.fewshots import (
+from podium.conductor.fewshots import (
     DEFAULT_FEWSHOTS,
     FEWSHOT_SETS,
     FewShot,
     fit_example_ids,
     format_examples,
 )
+from podium.errors import ConfigError
 from podium.workflow.types import Workflow
 
 PoolDisplay = Literal["masked", "names", "descriptions"]
@@ -85,7 +85,7 @@ def format_pool(pool: Sequence[PoolEntry], display: PoolDisplay = "masked") -> s
     * ``names``: ``Model id 3: <name>``;
     * ``descriptions``: ``Model id 3: <name> - <description>`` (description left out if empty).
 
-    A worker whose `calls` is set (`run.show_budget`, `podium.budget`) also says how many of
+    A worker whose `calls` is set (`run.show_budget`, `podium.conductor.budget`) also says how many of
     its calls the budget pays for: ``Model id 3: 2 calls``.
     """
     if display not in POOL_DISPLAYS:

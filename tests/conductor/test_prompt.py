@@ -1,4 +1,4 @@
-"""Tests for podium.workflow.prompt: the Conductor's messages, pool display and few-shots."""
+"""Tests for podium.conductor.prompt: the Conductor's messages, pool display and few-shots."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import re
 
 import pytest
 
-from podium.errors import ConfigError
-from podium.workflow.parse import parse_workflow
-from podium.workflow.prompt import (
+from podium.conductor.parse import parse_workflow
+from podium.conductor.prompt import (
     CROP_NOTE,
     DEFAULT_MAX_PROMPT_TOKENS,
     DEFAULT_PROMPT,
@@ -27,6 +26,7 @@ from podium.workflow.prompt import (
     get_prompt,
     recursion_messages,
 )
+from podium.errors import ConfigError
 from podium.workflow.types import Workflow
 
 POOL = [
@@ -171,7 +171,7 @@ def test_the_short_set_shows_one_worker_alone_and_a_step_that_sees_the_first() -
 
 
 def test_ood_examples_parse_back() -> None:
-    from podium.workflow import parse
+    from podium.conductor import parse
     for ex in FEWSHOT_SETS["ood"]:
         text = f"{ex.plan}\n{ex.workflow.to_text()}"
         result = parse.parse_workflow(text, num_workers=7, max_steps=5)

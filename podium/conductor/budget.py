@@ -135,7 +135,7 @@ def plan_price(workers: Iterable[int], prices: Sequence[float] | Mapping[int, fl
 
 def plan_fits(workers: Sequence[int], prices: Mapping[int, float], amount: float) -> bool:
     """Whether a plan is one a budget-held grammar admits (`run.hold_budget`,
-    `podium.workflow.grammar`): its list price fits `amount`, or, where no worker fits even
+    `podium.conductor.grammar`): its list price fits `amount`, or, where no worker fits even
     alone, it is one step of the cheapest."""
     low = min(prices.values())
     if low > budget_limit(amount):

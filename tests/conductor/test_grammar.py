@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
+from podium.conductor.grammar import fixed_workflow, workflow_grammar
+from podium.conductor.parse import parse_workflow
+from podium.conductor.prompt import PoolEntry, conductor_messages
 from podium.config import ModelSpec
 from podium.llm.embedded import EmbeddedClient, ModelStore
-from podium.workflow.grammar import fixed_workflow, workflow_grammar
-from podium.workflow.parse import parse_workflow
-from podium.workflow.prompt import PoolEntry, conductor_messages
 
 
 @pytest.mark.parametrize("ids", [[0], [0, 1], [0, 2, 5], list(range(7))])
