@@ -36,6 +36,7 @@ from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
 from podium.pipeline import Pipeline, RunResult
 from podium.scoring.base import extract_answer
+from podium.settings import resolve_settings
 from podium.workflow.execute import StepRecord
 from podium.workflow.types import Step, Workflow
 
@@ -128,10 +129,13 @@ def parse_blackbox(spec: str) -> tuple[str, str] | None:
     return url.rstrip("/"), model or "podium"
 
 
+BARE_QUESTION = {"worker_messages": "question", "worker_prefill": False}
+
+
 def bare_question(settings: RunSettings) -> RunSettings:
     """`settings` for asking a worker the question alone, as any client would: no team
     prompt, no prefill (a black box, or `podium serve --pass-through`)."""
-    return settings.model_copy(update={"worker_messages": "question", "worker_prefill": False})
+    return resolve_settings(settings, required=BARE_QUESTION)
 
 
 def blackbox_pool(spec: str, pool: Pool) -> tuple[Pool, RunSettings]:

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
+from podium.settings import resolve_settings
 
 CARD = "podium-conductor.json"
 CARD_FORMAT = 1
@@ -239,4 +240,4 @@ def _card_run(source: str, pool: Pool, allow_mismatch: bool) -> RunSettings:
     checked against the card (no card: the pool's settings as they are)."""
     check_pool(source, pool, allow_mismatch=allow_mismatch)
     card = read_card(source)
-    return pool.run if card is None else pool.run.model_copy(update=card["run"])
+    return resolve_settings(pool.run, card=card["run"] if card else None)

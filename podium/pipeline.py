@@ -4,12 +4,18 @@
         result = await pipe.ask("What is 17 * 3?")
     print(result.answer)
 
-Round 0: the Conductor writes a workflow; if its output does not parse and `run.fallback` is on, a single
-step on `run.fallback_worker` answers instead (`turn.fallback`, said plainly in every output).
+Round 0: the Conductor writes a workflow; if its output does not parse and `run.fallback` is
+on, a single step on `run.fallback_worker` answers instead (`turn.fallback`, said plainly in every output).
 If the Conductor call itself fails (unreachable, bad key), there is no fallback: the failure is
 recorded on the turn and there is no answer. Then the executor runs the workflow. Each recursion
 round shows the Conductor the answer that stands; it keeps it (no worker calls) or writes a new
 workflow whose workers may also see the previous round's steps.
+
+Every way in ends in the one rounds loop (`Pipeline._rounds`): `ask` (the Conductor writes
+round 0), `run_completion` (a completion sampled elsewhere, a training rollout, is round 0),
+`run_workflow` (a given workflow, a baseline's, is the only round) and `run_revision` (one
+more recursion round after a finished run). `variant` makes the pipeline one request runs on:
+its own settings (`podium.settings`) and answer sampling, the same clients.
 
 The result's `outcome` (`podium.outcome`) is the one account of the run: which answer stands
 and from which round, what was used and paid, and every failure with its class. It is built
@@ -18,6 +24,7 @@ once, from the rounds, when the run is over.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -35,7 +42,6 @@ from podium.outcome import Outcome, Round, build_outcome
 from podium.workflow.execute import (
     Caps,
     ExecOptions,
-    Execution,
     StepRecord,
     Team,
     execute_workflow,
@@ -165,60 +171,148 @@ class Pipeline:
         if self.cache is not None:
             self.cache.close()
 
-    def _spend(self, turn: ConductorTurn, caps: Caps) -> None:
-        if not turn.cache_hit:
-            caps.spend(turn.prompt_tokens + turn.completion_tokens, turn.cost)
+    def variant(self, settings: RunSettings | None = None,
+                answer_sampling: Sampling | None = None) -> Pipeline:
+        """This pipeline for one request: its own run settings (`podium.settings` resolves
+        them) and its answer step's sampling, sharing this pipeline's clients, cache, team
+        and Conductor (whose prompt settings stay this pipeline's). Close the pipeline it
+        came from, not the variant."""
+        if settings is None and answer_sampling is None:
+            return self
+        other = copy.copy(self)
+        other.settings = settings or self.settings
+        other.answer_sampling = answer_sampling
+        return other
 
-    def _result(self, question: str, rounds: list[Round], stopped: str | None,
-                t0: float, budget: RequestBudget | None = None) -> RunResult:
-        outcome = build_outcome(rounds, stopped=stopped,
-                                recursion_format_error=self.settings.recursion_format_error)
-        if budget is not None:
-            outcome = replace(outcome, budget=self._check(rounds, budget))
-        return RunResult(question, tuple(rounds), outcome, time.perf_counter() - t0)
+    async def ask(self, question: str, *, sample_id: int | str = 0,
+                  workers: Sequence[int] | None = None,
+                  on_event: Event | None = None, stream_answer: bool = False,
+                  budget: float | RequestBudget | None = None) -> RunResult:
+        """Answer one question. `sample_id` tells repeated samples of it apart (the response
+        cache keys on it), e.g. the G rollouts of one training question. `workers` restricts
+        the Conductor to those pool indices (a sub-pool; ids shown as `run.subpool_ids`).
+        `on_event` gets the Conductor's turns and every step's start and end; with
+        `stream_answer`, also the answer's text as its worker writes it ("text" events,
+        `podium.workflow.execute.AnswerText`), where the worker can stream. `budget` (USD,
+        or a `RequestBudget` with its own price list) is what the workflow's worker calls may
+        cost: the Conductor is shown it with `run.show_budget`, and the outcome says whether
+        the plan kept to it (`podium.conductor.budget`)."""
+        q = self._question(question, sample_id, workers, budget, on_event, stream_answer)
+        q.caps.reserve()  # the Conductor's call
+        turn = await self.conductor.write(question, sample_id=sample_id, view=q.view)
+        return await self._rounds(q, turn, [], self.settings.recursion)
 
-    def _check(self, rounds: Sequence[Round], budget: RequestBudget) -> BudgetCheck:
-        """Every round's plan priced at the request's call prices, against its budget."""
-        prices = budget.call_prices(self.pool.workers)
-        steps = [s for r in rounds if r.execution for s in r.execution.steps]
-        costs = [s.cost for s in steps if s.status in ("ok", "error")]
-        known = [c for c in costs if c is not None]
-        charged = sum(known) if len(known) == len(costs) else None
-        return BudgetCheck(budget.amount, plan_price([s.worker for s in steps], prices),
-                           charged)
-
-    async def _execute(self, workflow: Workflow, question: str, round_index: int,
-                       previous: Execution | None, caps: Caps, sample_id: int | str,
-                       on_event: Event | None, stream: bool = False) -> Execution:
-        """The round's workflow run. With `stream`, its last step's text is streamed to
-        `on_event` as the worker writes it when that text will be the answer: in the last
-        round there can be (no recursion round may follow to revise it)."""
-        return await execute_workflow(
-            workflow, question, self.team,
-            options=exec_options(self.settings, self.answer_sampling),
-            previous_round=previous.prior_steps() if previous else (),
-            round_index=round_index, sample_id=sample_id, caps=caps, on_event=on_event,
-            stream_answer=stream and round_index == self.settings.recursion,
-        )
+    async def run_completion(self, question: str, completion: str, *, messages: list,
+                             workers: Sequence[int] | None = None, sample_id: int | str = 0,
+                             prompt_tokens: int = 0, completion_tokens: int = 0,
+                             on_event: Event | None = None,
+                             budget: float | RequestBudget | None = None) -> RunResult:
+        """Run a Conductor completion sampled elsewhere (a trainer's rollout of the prompt
+        `messages`) exactly as `ask` runs one the Conductor generated: the same parser, view,
+        executor, caps, budget, cache, recursion rounds and outcome."""
+        q = self._question(question, sample_id, workers, budget, on_event)
+        q.caps.reserve()  # the Conductor's call, made elsewhere
+        turn = self.conductor.read(completion, q.view, messages=messages,
+                                   prompt_tokens=prompt_tokens,
+                                   completion_tokens=completion_tokens)
+        return await self._rounds(q, turn, [], self.settings.recursion)
 
     async def run_workflow(self, question: str, workflow: Workflow, *, sample_id: int | str = 0,
                            label: str = "fixed", answer: AnswerRule | None = None,
                            on_event: Event | None = None,
                            stream_answer: bool = False,
                            budget: float | RequestBudget | None = None) -> RunResult:
-        """Run a given workflow (a baseline's) with this pool's executor, limits and budget;
-        no Conductor call is made. `answer` picks the answer from the step records (default:
-        `run.final_answer`). The result has the same shape as `ask`'s. `stream_answer` and
-        `budget` as for `ask`."""
-        t0 = time.perf_counter()
-        s = self.settings
-        request = _request_budget(budget)
-        caps = Caps(s.max_calls, s.max_tokens, s.max_cost)
+        """Run a given workflow (a baseline's) with this pool's executor, caps and budget, as
+        one round: no Conductor call is made. `answer` picks the answer from the step records
+        (default: `run.final_answer`). The result has the same shape as `ask`'s.
+        `stream_answer` and `budget` as for `ask`."""
+        q = self._question(question, sample_id, None, budget, on_event,
+                           stream_answer and answer is None, answer)
         turn = ConductorTurn(0, [], workflow=workflow, extra={"system": label})
-        run = await self._execute(workflow, question, 0, None, caps, sample_id, on_event,
-                                  stream=stream_answer and answer is None)
-        chosen = run.answer if answer is None else answer(run.steps)
-        return self._result(question, [Round(turn, run, chosen)], run.stopped, t0, request)
+        return await self._rounds(q, turn, [], 0)
+
+    async def run_revision(self, previous: RunResult, completion: str, *, messages: list,
+                           sample_id: int | str = 0, prompt_tokens: int = 0,
+                           completion_tokens: int = 0,
+                           budget: float | RequestBudget | None = None) -> RunResult:
+        """`previous` continued by one recursion round whose Conductor completion was sampled
+        elsewhere (the recursion fine-tune's round-1 rollout of the prompt `messages`), run as
+        `ask` runs its own recursion rounds. The caps start from what `previous` used."""
+        last = previous.rounds[-1]
+        view = last.conductor.view or self.conductor.view
+        q = self._question(previous.question, sample_id, None, budget, None, view=view,
+                           used=previous)
+        q.caps.reserve()  # the Conductor's revision call, made elsewhere
+        turn = self.conductor.read(completion, view, index=last.conductor.round + 1,
+                                   messages=messages, allow_empty=True,
+                                   prompt_tokens=prompt_tokens,
+                                   completion_tokens=completion_tokens)
+        return await self._rounds(q, turn, list(previous.rounds), 0, previous.stopped)
+
+    def _question(self, question: str, sample_id: int | str, workers: Sequence[int] | None,
+                  budget: float | RequestBudget | None, on_event: Event | None,
+                  stream: bool = False, answer: AnswerRule | None = None,
+                  view: PoolView | None = None, used: RunResult | None = None) -> _Question:
+        _check_question(question)
+        request = _request_budget(budget)
+        s = self.settings
+        caps = Caps(s.max_calls, s.max_tokens, s.max_cost)
+        t0 = time.perf_counter()
+        if used is not None:
+            u = used.outcome.used
+            caps = Caps(s.max_calls, s.max_tokens, s.max_cost, u.calls, u.total_tokens,
+                        u.cost or 0.0)
+            t0 -= used.wall_s
+        return _Question(question, sample_id, view or self._view(workers, request), caps,
+                         request, on_event, stream, answer, t0)
+
+    async def _rounds(self, q: _Question, turn: ConductorTurn, rounds: list[Round],
+                      revisions: int, stopped: str | None = None) -> RunResult:
+        """The one rounds loop: `turn`'s round, then up to `revisions` recursion rounds.
+        Each shows the Conductor the answer that stands; it keeps it (no worker calls) or
+        writes a new workflow. The loop ends at a round that runs no workflow or gives no
+        answer, or when a cap leaves no call for the Conductor."""
+        while True:
+            rnd = await self._round(q, turn, rounds[-1] if rounds else None,
+                                    final=revisions == 0)
+            rounds.append(rnd)
+            stopped = (rnd.execution.stopped if rnd.execution else None) or stopped
+            if revisions == 0 or rnd.execution is None or rnd.answer is None:
+                break  # no new answer to show the Conductor: the one that stands is final
+            if why := q.caps.reserve():
+                stopped = why
+                break
+            revisions -= 1
+            turn = await self.conductor.revise(rnd.conductor, rnd.answer,
+                                               sample_id=q.sample_id)
+        return self._result(q, rounds, stopped)
+
+    async def _round(self, q: _Question, turn: ConductorTurn, last: Round | None,
+                     final: bool) -> Round:
+        """One round from the Conductor's `turn`: round 0 falls back to one step when the
+        Conductor wrote nothing that parses (`run.fallback`); a recursion round's workflow
+        runs with the previous round (`last`) visible. With streaming asked for, the last
+        step's text is streamed when it will be the answer: in the `final` round there can
+        be (no recursion round may follow to revise it)."""
+        s = self.settings
+        if not turn.cache_hit:
+            q.caps.spend(turn.prompt_tokens + turn.completion_tokens, turn.cost)
+        if last is None and turn.workflow is None and turn.error is None and s.fallback:
+            turn = self._fallback(turn, q.view)
+        if q.on_event:
+            q.on_event("conductor", turn)
+        if turn.workflow is None:
+            return Round(turn, None, None)
+        previous = last.execution if last else None
+        execution = await execute_workflow(
+            turn.workflow, q.question, self.team,
+            options=exec_options(s, self.answer_sampling),
+            previous_round=previous.prior_steps() if previous else (),
+            round_index=turn.round, sample_id=q.sample_id, caps=q.caps, on_event=q.on_event,
+            stream_answer=q.stream and final,
+        )
+        answer = execution.answer if q.answer is None else q.answer(execution.steps)
+        return Round(turn, execution, answer)
 
     def _fallback(self, turn: ConductorTurn, view: PoolView) -> ConductorTurn:
         allowed = view.pool_indices()
@@ -234,115 +328,38 @@ class Pipeline:
             return self.conductor.view
         return settings_view(self.pool.workers, self.settings, workers, budget)
 
-    async def ask(self, question: str, *, sample_id: int | str = 0,
-                  workers: Sequence[int] | None = None,
-                  on_event: Event | None = None, stream_answer: bool = False,
-                  budget: float | RequestBudget | None = None) -> RunResult:
-        """Answer one question. `sample_id` tells repeated samples of it apart (the response
-        cache keys on it), e.g. the G rollouts of one training question. `workers` restricts
-        the Conductor to those pool indices (a sub-pool; ids shown as `run.subpool_ids`).
-        `on_event` gets the Conductor's turns and every step's start and end; with
-        `stream_answer`, also the answer's text as its worker writes it ("text" events,
-        `podium.workflow.execute.AnswerText`), where the worker can stream. `budget` (USD,
-        or a `RequestBudget` with its own price list) is what the workflow's worker calls may
-        cost: the Conductor is shown it with `run.show_budget`, and the outcome says whether
-        the plan kept to it (`podium.conductor.budget`)."""
-        _check_question(question)
-        t0 = time.perf_counter()
-        request = _request_budget(budget)
-        view = self._view(workers, request)
-        turn = await self.conductor.write(question, sample_id=sample_id, view=view)
-        return await self._run(question, turn, view, sample_id, on_event, t0, stream_answer,
-                               request)
+    def _result(self, q: _Question, rounds: list[Round], stopped: str | None) -> RunResult:
+        outcome = build_outcome(rounds, stopped=stopped,
+                                recursion_format_error=self.settings.recursion_format_error)
+        if q.budget is not None:
+            outcome = replace(outcome, budget=self._check(rounds, q.budget))
+        return RunResult(q.question, tuple(rounds), outcome, time.perf_counter() - q.t0)
 
-    async def run_completion(self, question: str, completion: str, *, messages: list,
-                             workers: Sequence[int] | None = None, sample_id: int | str = 0,
-                             prompt_tokens: int = 0, completion_tokens: int = 0,
-                             on_event: Event | None = None,
-                             budget: float | RequestBudget | None = None) -> RunResult:
-        """Run a Conductor completion sampled elsewhere (a trainer's rollout of the prompt
-        `messages`) exactly as `ask` runs one the Conductor generated: the same parser, view,
-        executor, limits, budget, cache and outcome."""
-        _check_question(question)
-        t0 = time.perf_counter()
-        request = _request_budget(budget)
-        view = self._view(workers, request)
-        turn = self.conductor.read(completion, view, messages=messages,
-                                   prompt_tokens=prompt_tokens,
-                                   completion_tokens=completion_tokens)
-        return await self._run(question, turn, view, sample_id, on_event, t0,
-                               request=request)
-
-    async def _run(self, question: str, turn: ConductorTurn, view: PoolView,
-                   sample_id: int | str, on_event: Event | None, t0: float,
-                   stream: bool = False, request: RequestBudget | None = None) -> RunResult:
-        """Round 0 from the Conductor's turn, then the recursion rounds."""
-        s = self.settings
-        caps = Caps(s.max_calls, s.max_tokens, s.max_cost)
-        caps.reserve()  # the Conductor's first call
-        self._spend(turn, caps)
-        if turn.workflow is None and turn.error is None and s.fallback:
-            turn = self._fallback(turn, view)
-        if on_event:
-            on_event("conductor", turn)
-        run = None
-        if turn.workflow is not None:
-            run = await self._execute(turn.workflow, question, 0, None, caps, sample_id,
-                                      on_event, stream)
-        rounds = [Round(turn, run, run.answer if run else None)]
-        stopped = run.stopped if run else None
-        for _ in range(s.recursion):
-            last = rounds[-1]
-            if last.execution is None or last.answer is None:
-                break  # no new answer to show the Conductor: the one that stands is final
-            if why := caps.reserve():
-                stopped = why
-                break
-            turn = await self.conductor.revise(last.conductor, last.answer, sample_id=sample_id)
-            rounds.append(await self._round(question, turn, last, caps, sample_id, on_event,
-                                            stream))
-            stopped = (rounds[-1].execution.stopped if rounds[-1].execution else None) or stopped
-            if rounds[-1].execution is None:
-                break  # kept, a format error or a failed call: the Conductor is done
-        return self._result(question, rounds, stopped, t0, request)
+    def _check(self, rounds: Sequence[Round], budget: RequestBudget) -> BudgetCheck:
+        """Every round's plan priced at the request's call prices, against its budget."""
+        prices = budget.call_prices(self.pool.workers)
+        steps = [s for r in rounds if r.execution for s in r.execution.steps]
+        costs = [s.cost for s in steps if s.status in ("ok", "error")]
+        known = [c for c in costs if c is not None]
+        charged = sum(known) if len(known) == len(costs) else None
+        return BudgetCheck(budget.amount, plan_price([s.worker for s in steps], prices),
+                           charged)
 
 
-    async def _round(self, question: str, turn: ConductorTurn, last: Round, caps: Caps,
-                     sample_id: int | str, on_event: Event | None,
-                     stream: bool = False) -> Round:
-        """A recursion round from the Conductor's `turn`: its workflow, if it wrote one, runs
-        with the previous round (`last`) visible."""
-        self._spend(turn, caps)
-        if on_event:
-            on_event("conductor", turn)
-        if turn.workflow is None:
-            return Round(turn, None, None)
-        run = await self._execute(turn.workflow, question, turn.round, last.execution, caps,
-                                  sample_id, on_event, stream)
-        return Round(turn, run, run.answer)
+@dataclass(frozen=True)
+class _Question:
+    """One question as the rounds loop carries it: what was asked, the view the Conductor is
+    shown, the caps spent across every round, and how the caller wants it answered."""
 
-    async def run_revision(self, previous: RunResult, completion: str, *, messages: list,
-                           sample_id: int | str = 0, prompt_tokens: int = 0,
-                           completion_tokens: int = 0,
-                           budget: float | RequestBudget | None = None) -> RunResult:
-        """`previous` continued by one recursion round whose Conductor completion was sampled
-        elsewhere (the recursion fine-tune's round-1 rollout of the prompt `messages`), run as
-        `ask` runs its own recursion rounds. The budget starts from what `previous` used."""
-        t0 = time.perf_counter() - previous.wall_s
-        s = self.settings
-        request = _request_budget(budget)
-        used = previous.outcome.used
-        caps = Caps(s.max_calls, s.max_tokens, s.max_cost, used.calls, used.total_tokens,
-                      used.cost or 0.0)
-        last = previous.rounds[-1]
-        turn = self.conductor.read(completion, last.conductor.view or self.conductor.view,
-                                   index=last.conductor.round + 1, messages=messages,
-                                   allow_empty=True, prompt_tokens=prompt_tokens,
-                                   completion_tokens=completion_tokens)
-        caps.reserve()
-        rnd = await self._round(previous.question, turn, last, caps, sample_id, None)
-        stopped = (rnd.execution.stopped if rnd.execution else None) or previous.stopped
-        return self._result(previous.question, [*previous.rounds, rnd], stopped, t0, request)
+    question: str
+    sample_id: int | str
+    view: PoolView
+    caps: Caps
+    budget: RequestBudget | None
+    on_event: Event | None
+    stream: bool
+    answer: AnswerRule | None
+    t0: float
 
 
 def _request_budget(budget: float | RequestBudget | None) -> RequestBudget | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 PODIUM = Path(__file__).resolve().parents[1] / "podium"
 
 LAYERS = [
-    {"redact", "errors", "config", "files", "printable", "workflow.types"},
+    {"redact", "errors", "config", "settings", "files", "printable", "workflow.types"},
     {"llm", "scoring"},
     {"workflow", "conductor"},
     {"tasks"},

@@ -14,10 +14,12 @@ from podium.files import private_dir, strict_json, write_private
 
 
 def _settings(pool, recursion: int | None, no_cache: bool):
-    update: dict = {"cache": False} if no_cache else {}
+    from podium.settings import resolve_settings
+
+    flags: dict = {"cache": False} if no_cache else {}
     if recursion is not None:
-        update["recursion"] = recursion
-    return pool.run.model_copy(update=update)
+        flags["recursion"] = recursion
+    return resolve_settings(pool.run, flags=flags)
 
 
 async def _ask(question: str, pool_path: str | None, recursion: int | None,

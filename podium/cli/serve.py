@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 
 from podium.config import Pool, split_limits
 from podium.errors import ConfigError
+from podium.settings import resolve_settings
 
 ARGS_ENV = "PODIUM_SERVE_ARGS"
 
@@ -116,7 +117,7 @@ def _app(args: ServeArgs, keys: tuple[str, ...], team: Pool):
     from podium.serve import ServeConfig, create_app
 
     team, _ = split_limits(team, args.processes, "--processes")
-    settings = team.run.model_copy(update={"cache": False}) if args.no_cache else team.run
+    settings = resolve_settings(team.run, flags={"cache": False} if args.no_cache else None)
     config = ServeConfig(keys=keys, max_concurrency=args.runs_per_process,
                          max_request_bytes=args.max_request_bytes, trace_dir=args.trace_dir,
                          trace_keep=args.trace_keep, pass_through=args.pass_through,

@@ -61,12 +61,13 @@ async def run_eval(spec: EvalSpec, *, on_start: OnStart | None = None,
     """Run `spec` and return its `Summary` (also written to OUT/summary.json). `on_start` hears the run's label, its total attempts and how many a
     resume already has; `on_record` each new record; `warn` what a person should know (a
     repaired results file, an unisolated code task)."""
-    from podium.baselines import blackbox_pool, parse_blackbox
+    from podium.baselines import BARE_QUESTION, blackbox_pool, parse_blackbox
     from podium.checkpoint import with_conductor
     from podium.conductor.budget import parse_budget
     from podium.config import load_pool
     from podium.eval.folder import FolderLock, prepare_folder
     from podium.scoring.sandbox import require_isolation
+    from podium.settings import resolve_settings
     from podium.tasks import get_task, preset_for
 
     parse_budget(spec.budget, "--budget")  # a bad budget is refused before anything runs
@@ -87,12 +88,14 @@ async def run_eval(spec: EvalSpec, *, on_start: OnStart | None = None,
         pool = with_conductor(pool, spec.conductor, allow_mismatch=spec.allow_pool_mismatch)
     # A Conductor output that does not parse is a format error in evaluation (scored wrong, its
     # reason counted), not a silent single-worker fallback, unless `fallback` asks for one.
-    update: dict[str, Any] = {"fallback": spec.fallback}
+    flags: dict[str, Any] = {"fallback": spec.fallback}
     if spec.no_cache:
-        update["cache"] = False
+        flags["cache"] = False
+    required = None
     if parse_blackbox(spec.system):  # openai:URL — the endpoint is the only worker
         pool, _ = blackbox_pool(spec.system, pool)
-    settings = pool.run.model_copy(update=update)
+        required = BARE_QUESTION
+    settings = resolve_settings(pool.run, flags=flags, required=required)
     # model-written code runs only fully isolated, or with allow_unisolated (then recorded);
     # checked before the folder is created, so a refused run leaves nothing behind
     isolation = require_isolation(task, allow_unisolated=spec.allow_unisolated)

@@ -18,7 +18,6 @@ semaphores) and Conductor.
 
 from __future__ import annotations
 
-import copy
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -42,6 +41,7 @@ from podium.serve.protocol import Options, parse_body, question_of
 from podium.serve.runs import Run, Slots, answered, start
 from podium.serve.shutdown import Drain
 from podium.serve.traces import TraceStore, new_id
+from podium.settings import resolve_settings
 from podium.workflow import Workflow
 
 MODEL = "podium"
@@ -80,8 +80,8 @@ class TeamServer:
         if config.pass_through and MODEL in self.names:
             raise ConfigError(f"A worker is named {MODEL!r}, the team's own model name: rename "
                               "it in the pool to serve workers as models (--pass-through).")
-        self.single = copy.copy(pipeline)  # a pass-through model's runs: the bare question
-        self.single.settings = bare_question(pipeline.settings)
+        # a pass-through model's runs: the bare question
+        self.single = pipeline.variant(bare_question(pipeline.settings))
 
     async def auth(self, request: Request) -> str | None:  # async: FastAPI runs a sync one
         return self.check(request.headers.get("authorization"))  # in a thread
@@ -207,28 +207,11 @@ def _workers(pipeline: Pipeline, opts: Options) -> list[int] | None:
     return [index[n] for n in opts.workers]
 
 
-def _cap(pool_cap, asked):
-    """A request may lower a budget the pool sets, never raise it."""
-    return asked if pool_cap is None else min(pool_cap, asked)
-
-
 def _variant(pipeline: Pipeline, opts: Options, answer: Sampling | None) -> Pipeline:
-    """`pipeline` with this request's run settings and its answer step's sampling: a shallow
-    copy sharing its clients, cache, Team and Conductor (only `settings` and
-    `answer_sampling` differ; the Conductor's prompt settings are kept)."""
-    s = pipeline.settings
-    update: dict = {}
-    if opts.recursion is not None:
-        update["recursion"] = opts.recursion
-    if opts.max_calls is not None:
-        update["max_calls"] = _cap(s.max_calls, opts.max_calls)
-    if opts.max_total_tokens is not None:
-        update["max_tokens"] = _cap(s.max_tokens, opts.max_total_tokens)
-    if opts.max_cost is not None:
-        update["max_cost"] = _cap(s.max_cost, opts.max_cost)
-    if not update and answer is None:
-        return pipeline
-    pipe = copy.copy(pipeline)
-    pipe.settings = s.model_copy(update=update)
-    pipe.answer_sampling = answer
-    return pipe
+    """`pipeline` with this request's run settings (`podium.settings`: a request may lower a
+    cap, never raise it) and its answer step's sampling (`Pipeline.variant`)."""
+    asked = {"recursion": opts.recursion, "max_calls": opts.max_calls,
+             "max_tokens": opts.max_total_tokens, "max_cost": opts.max_cost}
+    request = {k: v for k, v in asked.items() if v is not None}
+    settings = resolve_settings(pipeline.settings, request=request) if request else None
+    return pipeline.variant(settings, answer)

@@ -311,17 +311,14 @@ class TrainConfig(_Section):
     recursion: RecursionSection = RecursionSection()
     grpo: GRPOSection = GRPOSection()
     heldout: HeldOutSection = HeldOutSection()
-    run: dict[str, Any] = Field(default_factory=dict, description="Run settings ([run] keys of "
-                                "a pool file) over the pool's own, e.g. max_steps, fewshots.")
+    run: RunSettings = Field(RunSettings(), description="Run settings ([run] keys of a pool "
+                             "file) over the pool's own, e.g. max_steps, fewshots: only the "
+                             "keys the config writes count (podium.settings).")
     output: OutputSection = OutputSection()
     source: str = "<dict>"
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
-        try:
-            RunSettings(**self.run)
-        except ValidationError as e:
-            raise ValueError(f"[run]: {_errors(e)}") from None
         h = self.heldout
         if any(s.name == h.task and s.split == h.split for s in self.data.tasks):
             raise ValueError(f"heldout: the {h.task} questions of split {h.split!r} are trained "
@@ -352,7 +349,7 @@ class TrainConfig(_Section):
                              "measured sequence ratios near 1e-9, which leaves every rollout "
                              "out of the loss. Set grpo.importance_sampling_correction = false "
                              "(the default, as in the paper) or grpo.constrained = false")
-        if self.run.get("hold_budget") and not self.grpo.constrained:
+        if self.run.hold_budget and not self.grpo.constrained:
             raise ValueError("run.hold_budget holds rollouts to their budget through the "
                              "Conductor's grammar: set grpo.constrained = true too")
         if self.grpo.explore and not self.grpo.constrained:

@@ -50,6 +50,7 @@ from podium.conductor import workflow_messages
 from podium.config import Pool, RunSettings, load_pool, split_limits
 from podium.errors import ConfigError
 from podium.pipeline import Pipeline
+from podium.settings import resolve_settings
 from podium.train.config import TrainConfig
 from podium.train.constrained import ConstrainedRollout, Grammars
 from podium.train.curve import draw_curve
@@ -91,7 +92,8 @@ def run_settings(config: TrainConfig, pool: Pool) -> RunSettings:
     """The pool's run settings with the config's [run] over them. A rollout is one round with
     no fallback: an invalid workflow must score as a format error (recursion is trained by its
     own fine-tune)."""
-    return pool.run.model_copy(update={**config.run, "fallback": False, "recursion": 0})
+    return resolve_settings(pool.run, training=config.run.model_dump(exclude_unset=True),
+                            required={"fallback": False, "recursion": 0})
 
 
 def grpo_args(config: TrainConfig, layout: Layout | None = None) -> Any:
