@@ -36,7 +36,7 @@ print-vllm-version:
 # A real vLLM (CPU) trains the gym Conductor with grammar-held colocated rollouts, then serves
 # the embedded Conductor and that checkpoint to `podium ask`; report in runs/vllm-check/.
 vllm-check: venv vllm-venv
-	$(PY) benchmarks/vllm_check.py --vllm-python $(VLLM_VENV)/bin/python
+	$(PY) checks/vllm_check.py --vllm-python $(VLLM_VENV)/bin/python
 
 demo: venv
 	$(VENV)/bin/podium ask "$(QUESTION)" --trace runs/demo-trace.json
@@ -61,7 +61,7 @@ test-all: venv
 	$(PY) -m pytest -q -m "slow or not slow"
 
 lint: venv  # ruff, then mypy (with the pydantic plugin) over podium/: [tool.mypy] in pyproject.toml
-	$(VENV)/bin/ruff check podium tests benchmarks
+	$(VENV)/bin/ruff check podium tests benchmarks experiments checks
 	$(VENV)/bin/mypy
 
 bench: venv

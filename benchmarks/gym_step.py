@@ -27,12 +27,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from gym_learning import DEFAULT_FAMILIES, config
+# the gym recipe as experiments/gym_learning.py trains it
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from gym_learning import DEFAULT_FAMILIES, config, team  # noqa: E402
 
 S5 = ["run.prompt=compact-subtask", "run.max_subtask_chars=72",
       "grpo.max_completion_tokens=128", "grpo.temperature=0.6", "grpo.credit=live",
@@ -44,11 +47,12 @@ def run(mode: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     from transformers import TrainerCallback
 
     from podium.train import zero_advantage
-    from podium.train.constrained import ConstrainedRollout
+    from podium.train.gym import assignment
+    from podium.train.rollout.constrained import ConstrainedRollout
     from podium.train.trainer import build
 
     ns = argparse.Namespace(families=list(DEFAULT_FAMILIES), specialists=None, mode="subtask",
-                            set=[*S5, *(args.set or []), f"grpo.max_steps={args.steps}"])
+                            steps=args.steps, set=[*S5, *(args.set or [])])
     written, active_rows = ConstrainedRollout.written, zero_advantage.active_rows
     if mode == "sampled":  # every rollout sampled under its grammar, as before
         ConstrainedRollout.written = lambda self, *a: None  # type: ignore[method-assign]
@@ -63,7 +67,7 @@ def run(mode: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 
     zero_advantage.active_rows = counted  # the sampled and written modes: TRL's loss over every row
     try:
-        plan = build(config(folder, args.seed, ns))
+        plan = build(config(folder, tuple(assignment(args.seed, team(ns))), ns))
         rollout, times = plan.trainer.rollout_func, {"rollout": [], "step": []}
 
         def timed(prompts: list[str], trainer: Any) -> dict[str, Any]:

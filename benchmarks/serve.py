@@ -42,7 +42,6 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -55,6 +54,7 @@ import httpx
 from podium.config import load_pool
 from podium.pipeline import Pipeline
 from podium.testing import ScriptedServer
+from podium.testing.ports import free_port
 
 POOL = """
 [conductor]
@@ -92,12 +92,6 @@ def run(coro):
 
         return uvloop.run(coro)
     return asyncio.run(coro)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pct(values: list[float], q: float) -> float:

