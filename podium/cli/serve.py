@@ -200,10 +200,10 @@ def run_serve(**options) -> int:
         return 0
 
     from podium.serve.processes import listeners, supervise
-    from podium.serve.traces import TraceStore
+    from podium.serve.traces.files import TraceFiles
 
     try:  # fail here, not in every process; and apply retention once
-        TraceStore(args.trace_dir, args.trace_keep, shared=True)
+        TraceFiles(args.trace_dir, args.trace_keep, shared=True)
     except OSError as exc:
         raise ConfigError(f"--trace-dir {args.trace_dir} cannot be used "
                           f"({exc.strerror or exc}). Pass a folder you can write.") from None

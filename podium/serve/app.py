@@ -2,7 +2,7 @@
 
     POST /v1/chat/completions   run the pipeline on the conversation (JSON, or SSE when
                                 `stream` is true)
-    POST /v1/responses          the same through the Responses API (podium.serve.responses_api)
+    POST /v1/responses          the same through the Responses API (podium.serve.responses)
     GET  /v1/models             the one model, `podium`  (also /v1/models/podium)
     GET  /v1/traces/{id}        a request's trace (ids from `return_trace_id`), for the key
                                 that made the request only
@@ -18,8 +18,9 @@ named as in the pool: a request for it is one call to that worker with the bare 
 its usage and trace like any other, so a single worker can be evaluated served the same way
 as the team.
 
-`TeamServer` (podium.serve.team_server) answers the two routes that run the team; this
-module only routes. Every error is an OpenAI-style body (`podium.serve.errors`). A client that
+Each API's package answers its route (`podium.serve.chat.route`,
+`podium.serve.responses.route`), through the `TeamServer` (podium.serve.team_server) that
+runs the team; this module only routes. Every error is an OpenAI-style body (`podium.serve.errors`). A client that
 goes away before its answer (streamed or not) cancels its run: an embedded model stops
 generating at its next token. A shutdown answers the runs it cuts short with a 503 (`podium.serve.shutdown`). Either
 way the run's trace is written, with what was asked and why it has no answer (`stopped`).
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -39,9 +41,11 @@ from starlette.routing import Match
 
 from podium.pipeline import Pipeline
 from podium.serve.access import AccessLog
+from podium.serve.chat.route import chat_completions
 from podium.serve.errors import ApiError
 from podium.serve.metrics import ERROR
 from podium.serve.pipeline_routes import PipelineRoutes, unexpected
+from podium.serve.responses.route import responses
 from podium.serve.team_server import MODEL, ServeConfig, TeamServer, no_model
 from podium.viewer import index_page, trace_page
 
@@ -139,7 +143,8 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     # The two routes that run the pipeline: answered by PipelineRoutes, past the router and
     # the exception layers; also plain Starlette routes (no dependency solving, no response
     # model) for what PipelineRoutes passes on.
-    routes = {"/v1/chat/completions": server.chat, "/v1/responses": server.responses}
+    routes = {"/v1/chat/completions": functools.partial(chat_completions, server),
+              "/v1/responses": functools.partial(responses, server)}
     for path, handler in routes.items():
         app.add_route(path, handler, methods=["POST"])
     app.add_middleware(PipelineRoutes, routes=routes)

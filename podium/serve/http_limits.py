@@ -1,6 +1,6 @@
 """The bound on a request's head (its request line and headers), which uvicorn leaves open.
 
-`--max-request-bytes` bounds a body as it is read (`podium.serve.team_server`), but a body
+`--max-request-bytes` bounds a body as it is read (`podium.serve.body`), but a body
 comes after the head, and the head is read whole before any route, or the key check, sees
 the request. uvicorn's h11 parser stops at `h11_max_incomplete_event_size`; its httptools
 parser, the one it picks when the `serve` extra is installed, has no bound at all: four 30 MB

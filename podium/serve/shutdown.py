@@ -35,7 +35,7 @@ class Drain:
 
     def __init__(self, grace_s: float | None = None) -> None:
         self.grace_s = grace_s  # None: uvicorn's own deadline only (an app run by hand)
-        self.runs: set[Any] = set()  # podium.serve.runs.Run, while its task runs
+        self.in_flight: set[Any] = set()  # podium.serve.inflight.InFlight, while it runs
         self.deadline: float | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -52,10 +52,10 @@ class Drain:
         self.loop.call_soon_threadsafe(self.loop.call_later, self.grace_s, self.expire)
 
     def expire(self) -> None:
-        for run in list(self.runs):
-            if not run.task.done():
-                run.shut_down = True
-                run.stop(SHUT_DOWN)
+        for flight in list(self.in_flight):
+            if not flight.task.done():
+                flight.shut_down = True
+                flight.stop(SHUT_DOWN)
 
 
 class Server(uvicorn.Server):

@@ -1,13 +1,12 @@
-"""`TeamServer`: what answers the two routes that run the team.
+"""`TeamServer`: what serves the team, whichever API a request comes through.
 
 It holds the pipeline (and its one-worker variant for pass-through models), the run slots
 (429 when `max_concurrency` runs are in flight: the server never queues work it cannot start),
-the trace store, the key check and the shutdown drain. One request, top to bottom: check the
-key, read the body (refused past `max_request_bytes` while it is read, not after), validate it
-(`protocol`, `responses_api`), name the model and its sub-pool, take a run slot, start the run
-(`runs`), then answer: the whole reply (`chat_completions.completion_json`,
-`responses_api.response_json`) or its stream (`chat_completions.stream`,
-`responses_api.stream`).
+the trace store, the key check and the shutdown drain. Each API's route
+(`podium.serve.chat.route`, `podium.serve.responses.route`) checks the key, reads the body
+(`body`) and parses it into a `ServedRequest`; `begin` names the model and its sub-pool,
+takes a run slot and starts the run (`podium.serve.inflight`); the route then answers with
+the whole reply or its stream.
 
 One `Pipeline` serves every request, so each worker's concurrency limit holds across all of
 them (with `podium serve --processes N`, across the requests of one process: the command gives
@@ -19,28 +18,24 @@ semaphores) and Conductor.
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import Request
 from starlette.types import Scope
 
 from podium.baselines import SOLVE, bare_question
 from podium.errors import ConfigError
 from podium.llm.base import Sampling
-from podium.pipeline import Pipeline, RunResult
-from podium.serve import chat_completions, responses_api
+from podium.pipeline import Pipeline
 from podium.serve.auth import KeyCheck
+from podium.serve.body import read_body
 from podium.serve.errors import ApiError, bad_request
+from podium.serve.inflight import Answerer, Flights, InFlight, ServedRequest, Slots
 from podium.serve.metrics import ServeMetrics
-from podium.serve.protocol import Options, parse_body, question_of
-from podium.serve.runs import Run, Slots, answered, start
+from podium.serve.options import Options
 from podium.serve.shutdown import Drain
-from podium.serve.traces import TraceStore, new_id
+from podium.serve.traces.store import TraceStore
 from podium.settings import resolve_settings
 from podium.workflow import Workflow
 
@@ -62,9 +57,8 @@ class ServeConfig:
 
 class TeamServer:
     """What serves the team: the pipeline (and its one-worker variant for pass-through models),
-    the run slots, the trace store, the key check and the shutdown drain, with the handlers of
-    the two routes that run the pipeline (`chat`: Chat Completions, `responses`: the Responses
-    API). `create_app` routes requests to it."""
+    the run slots, the trace store, the key check and the shutdown drain; `begin` starts a
+    request's run. `create_app` routes requests to it, through each API's route."""
 
     def __init__(self, config: ServeConfig, pipeline: Pipeline) -> None:
         self.config, self.pipeline = config, pipeline
@@ -75,6 +69,7 @@ class TeamServer:
         self.slots = Slots(config.max_concurrency, self.metrics.in_flight)
         self.drain = Drain(config.graceful_timeout_s)
         self.names = [w.name for w in pipeline.pool.workers]
+        self.flights = Flights(self.slots, self.traces, self.drain, self.names)
         self.started = int(time.time())
         self.served = [MODEL, *(self.names if config.pass_through else ())]
         if config.pass_through and MODEL in self.names:
@@ -92,80 +87,49 @@ class TeamServer:
     def model_card(self, model: str) -> dict:
         return {"id": model, "object": "model", "created": self.started, "owned_by": "podium"}
 
-    def runner(self, req, opts: Options, question: str) -> Callable[[Any], Awaitable[RunResult]]:
+    async def body(self, request: Request) -> bytes:
+        """The request's body, refused with 413 past `max_request_bytes` while it is read."""
+        return await read_body(request, self.config.max_request_bytes)
+
+    def answerer(self, request: ServedRequest) -> Answerer:
         """How the model asked for answers: the team (the Conductor, on the sub-pool named),
         or, for a pass-through model, one call to that worker."""
-        answer = req.sampling()
-        if req.model == MODEL:
+        opts, question, answer = request.options, request.question, request.sampling
+        if request.model == MODEL:
             workers = _workers(self.pipeline, opts)
             pipe = _variant(self.pipeline, opts, answer)
             return lambda on_event: pipe.ask(question, workers=workers, on_event=on_event,
                                              stream_answer=on_event is not None,
                                              budget=opts.budget)
-        if req.model not in self.served:
-            raise no_model(req.model, self.served)
+        if request.model not in self.served:
+            raise no_model(request.model, self.served)
         if opts.workers or opts.recursion is not None:
             raise bad_request(f"workers and recursion are options of the {MODEL!r} model; "
-                              f"{req.model!r} is one worker, asked directly.",
+                              f"{request.model!r} is one worker, asked directly.",
                               param="workers" if opts.workers else "recursion")
         pipe = _variant(self.single, opts, answer)
-        flow = Workflow.of([(self.names.index(req.model), SOLVE, ())])
-        return lambda on_event: pipe.run_workflow(question, flow, label=f"worker:{req.model}",
+        flow = Workflow.of([(self.names.index(request.model), SOLVE, ())])
+        return lambda on_event: pipe.run_workflow(question, flow,
+                                                  label=f"worker:{request.model}",
                                                   on_event=on_event,
                                                   stream_answer=on_event is not None,
                                                   budget=opts.budget)
 
-    def begin(self, req, opts: Options, question: str, tid: str, owner: str | None,
-              scope: Scope) -> tuple[Run, dict, str | None]:
+    def begin(self, request: ServedRequest,
+              scope: Scope) -> tuple[InFlight, dict, str | None]:
         """Check the model and its options, take a run slot (429 when none is free), start
         the run; the trace-id headers and the id shown in the body (only when asked)."""
-        ask = self.runner(req, opts, question)
+        answer = self.answerer(request)
         if not self.slots.take():
             raise ApiError(429, f"The server is running {self.slots.limit} requests, its limit "
                            "(--max-concurrency). Retry after the Retry-After seconds.",
                            code="too_many_requests",
                            headers={"Retry-After": str(self.config.retry_after_s)})
-        run = start(ask, self.names, self.traces, tid, req, opts, self.slots, owner, scope,
-                     question, self.drain)
-        if opts.return_trace_id:
-            return run, {"X-Podium-Trace-Id": tid}, tid
-        return run, {}, None
-
-    @staticmethod
-    def streaming(events: AsyncIterator[str], headers: dict) -> StreamingResponse:
-        return StreamingResponse(events, media_type="text/event-stream", headers={
-            "Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
-
-    async def chat(self, request: Request) -> Response:
-        """POST /v1/chat/completions."""
-        owner = await self.auth(request)
-        req, opts = parse_body(await _read_body(request, self.config.max_request_bytes))
-        cid, tid, created = f"chatcmpl-{uuid.uuid4().hex}", new_id(), int(time.time())
-        run, headers, shown_tid = self.begin(req, opts, question_of(req.messages), tid, owner,
-                                             request.scope)
-        if req.stream:
-            include = bool(req.stream_options and req.stream_options.include_usage)
-            return self.streaming(chat_completions.stream(run, cid, created, req.model, shown_tid, include),
-                                  headers)
-        result = await answered(run, headers, request)
-        return JSONResponse(chat_completions.completion_json(cid, created, req.model, result,
-                                                             shown_tid), headers=headers)
-
-    async def responses(self, request: Request) -> Response:
-        """POST /v1/responses."""
-        owner = await self.auth(request)
-        req, opts, messages = responses_api.parse_responses_body(
-            await _read_body(request, self.config.max_request_bytes))
-        ids, tid, created = responses_api.new_ids(), new_id(), int(time.time())
-        run, headers, shown_tid = self.begin(req, opts, responses_api.question(messages), tid,
-                                             owner, request.scope)
-        if req.stream:
-            return self.streaming(responses_api.stream(run, req, ids, created, shown_tid), headers)
-        result = await answered(run, headers, request)
-        return JSONResponse(responses_api.response_json(
-            ids[0], created, req.model, req,
-            output=[responses_api.message_item(ids[2], result.answer)],
-            result=result, trace_id=shown_tid), headers=headers)
+        flight = self.flights.start(request, answer, scope)
+        tid = request.trace_id
+        if request.options.return_trace_id:
+            return flight, {"X-Podium-Trace-Id": tid}, tid
+        return flight, {}, None
 
 
 def no_model(model: str, served: list[str]) -> ApiError:
@@ -176,23 +140,6 @@ def no_model(model: str, served: list[str]) -> ApiError:
                  "the others are its workers, asked directly).")
     return ApiError(404, f"The model {model!r} does not exist: {known}", code="model_not_found",
                     param="model")
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it is longer than `limit` bytes."""
-    too_big = ApiError(413, f"The request body is larger than this server's limit of {limit} "
-                       "bytes (--max-request-bytes). Send a shorter conversation.",
-                       code="request_too_large")
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise too_big
-    size, chunks = 0, []
-    async for piece in request.stream():
-        size += len(piece)
-        if size > limit:
-            raise too_big
-        chunks.append(piece)
-    return b"".join(chunks)
 
 
 def _workers(pipeline: Pipeline, opts: Options) -> list[int] | None:

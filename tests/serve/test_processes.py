@@ -29,8 +29,8 @@ from serve_helpers import (
 from podium.cli.serve import ARGS_ENV, ServeArgs, _banner
 from podium.config import pool_from_dict, split_limits
 from podium.serve import processes
-from podium.serve import traces as trace_store
 from podium.serve.processes import listeners, supervise
+from podium.serve.traces.files import new_id
 
 KEY = "sk-serve-processes-test-6a0c93"
 
@@ -117,7 +117,7 @@ def test_a_shared_folder_has_the_trace_before_its_id_is_returned(pool_file, tmp_
     with ThreadServer(pool_file, tmp_path / "traces", keys=(key,),
                       shared_traces=shared) as srv:
         traces = srv.app.state.server.traces
-        assert traces.put(trace_store.new_id(), {"n": 0}).result(20)  # the writer is up
+        assert traces.put(new_id(), {"n": 0}).result(20)  # the writer is up
         writer = traces.writer._proc
         writer.send_signal(signal.SIGSTOP)
         got: dict = {}

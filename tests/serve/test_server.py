@@ -19,7 +19,8 @@ import openai
 import pytest
 from serve_helpers import KEY, OTHER_KEY, POOL, ThreadServer, auth
 
-from podium.serve.traces import TraceStore, new_id
+from podium.serve.traces.files import new_id
+from podium.serve.traces.store import TraceStore
 
 Q = "What is 2 + 5?"
 

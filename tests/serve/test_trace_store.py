@@ -17,33 +17,35 @@ import uuid
 import pytest
 from serve_helpers import KEY, ThreadServer
 
-from podium.serve.trace_writer import WRITER, frame
-from podium.serve.traces import TraceStore, new_id
+from podium.serve.traces.files import TraceFiles, new_id
+from podium.serve.traces.store import TraceStore
+from podium.serve.traces.writer import WRITER, frame
 
 
 def test_trace_store_keeps_the_newest(tmp_path):
     store = TraceStore(tmp_path / "t", keep=3)
     ids = [new_id() for _ in range(5)]
     for i, tid in enumerate(ids):
-        store.write(tid, {"n": i})
+        store.files.write(tid, {"n": i})
         time.sleep(0.01)
     assert sorted(p.stem for p in (tmp_path / "t").iterdir()) == sorted(ids[2:])
     assert store.read(ids[0]) is None and store.read(ids[4]) == {"n": 4}
     assert stat.S_IMODE((tmp_path / "t").stat().st_mode) == 0o700
     again = TraceStore(tmp_path / "t", keep=2)  # the order is rebuilt from the files
     assert sorted(p.stem for p in (tmp_path / "t").iterdir()) == sorted(ids[3:])
-    assert again.path("../x") is None and again.path("tr-" + "0" * 31 + "/") is None
+    assert again.files.path("../x") is None
+    assert again.files.path("tr-" + "0" * 31 + "/") is None
 
 
 def test_a_full_store_reuses_the_oldest_file(tmp_path):
     folder = tmp_path / "t"
     store = TraceStore(folder, keep=2)
     first, second, third = new_id(), new_id(), new_id()
-    store.write(first, {"question": "x" * 5000, "owner": "someone-else"})
+    store.files.write(first, {"question": "x" * 5000, "owner": "someone-else"})
     os.chmod(folder / f"{first}.json", 0o644)  # e.g. written by hand: made private again
     inode = (folder / f"{first}.json").stat().st_ino
-    store.write(second, {"n": 2})
-    store.write(third, {"n": 3})  # the folder is full: `first`'s file becomes `third`'s
+    store.files.write(second, {"n": 2})
+    store.files.write(third, {"n": 3})  # the folder is full: `first`'s file becomes `third`'s
     assert sorted(p.name for p in folder.iterdir()) == sorted(
         [f"{second}.json", f"{third}.json"])
     reused = folder / f"{third}.json"
@@ -51,16 +53,16 @@ def test_a_full_store_reuses_the_oldest_file(tmp_path):
     assert json.loads(reused.read_text()) == {"n": 3}  # shorter: nothing of the old is left
     assert stat.S_IMODE(reused.stat().st_mode) == 0o600
     with pytest.raises(FileExistsError):
-        store.write(third, {"n": 3})
+        store.files.write(third, {"n": 3})
     os.unlink(folder / f"{second}.json")  # gone behind the store's back: a new file instead
-    store.write(fourth := new_id(), {"n": 4})
+    store.files.write(fourth := new_id(), {"n": 4})
     assert sorted(p.name for p in folder.iterdir()) == sorted(
         [f"{third}.json", f"{fourth}.json"])
     (folder / f"{new_id()}.json.part").write_text("{")  # a writer killed mid-write
     again = TraceStore(folder, keep=1)
     assert [p.name for p in folder.iterdir()] == [f"{fourth}.json"]  # no .part left
     inode = (folder / f"{fourth}.json").stat().st_ino
-    again.write(fifth := new_id(), {"n": 5})
+    again.files.write(fifth := new_id(), {"n": 5})
     assert [p.name for p in folder.iterdir()] == [f"{fifth}.json"]
     assert (folder / f"{fifth}.json").stat().st_ino == inode
     assert again.read(fifth) == {"n": 5} and again.read(fourth) is None
@@ -75,10 +77,10 @@ def test_trace_ids_carry_their_order_and_older_ids_keep_theirs(tmp_path):
     new = [new_id() for _ in range(2)]
     now = time.time()
     for tid, age in [(legacy[0], 300), (new[0], 0), (legacy[1], 100), (new[1], 0)]:
-        store.write(tid, {})
+        store.files.write(tid, {})
         os.utime(folder / f"{tid}.json", (now - age, now - age))
     os.utime(folder / f"{new[0]}.json", (now - 1000, now - 1000))  # a v7 id's own time wins
-    assert list(TraceStore(folder, keep=10)._scan()) == [legacy[0], legacy[1], *new]
+    assert list(TraceFiles(folder, keep=10)._scan()) == [legacy[0], legacy[1], *new]
     TraceStore(folder, keep=2)  # keeps the two newest
     assert sorted(p.stem for p in folder.iterdir()) == sorted(new)
 
@@ -88,10 +90,10 @@ def test_trace_files_are_owner_only_and_a_removed_folder_comes_back(tmp_path):
     old = os.umask(0)  # the most permissive umask: the file must still be 0600
     try:
         first, second = new_id(), new_id()
-        store.write(first, {"n": 1})
+        store.files.write(first, {"n": 1})
         assert stat.S_IMODE((tmp_path / "t" / f"{first}.json").stat().st_mode) == 0o600
         shutil.rmtree(tmp_path / "t")  # removed while the server runs
-        store.write(second, {"n": 2})
+        store.files.write(second, {"n": 2})
     finally:
         os.umask(old)
     assert store.read(second) == {"n": 2}

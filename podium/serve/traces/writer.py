@@ -3,12 +3,13 @@
 Why a process: every system call of a file write releases the GIL, and a thread must then
 take it back from a busy event loop; those hand-overs cost the server a large share of a
 request's CPU (benchmarks/README.md, serve.py). So `TraceStore.put` pickles the trace (`frame`)
-and offers it to the `Writer`, and the process (`writer_main`) makes the JSON and the file.
+and offers it to the `Writer`, and the process (`writer_main`) makes the JSON and the file
+(`TraceFiles.write`).
 
-The seam with the store is public: the writer reads `store.folder`, `keep` and `shared`, asks
-`store.unacknowledged()` for what a new writer process, or `stop`, must still write, and tells
-`store.acknowledge(id, error)` each trace's fate (`store.write` is the same file write, in
-this process, for what a stopped writer left).
+The writer knows the store only as a `Ledger`: the trace files (`files`: their folder, `keep`
+and `shared`, and `write`, the same file write in this process for what a stopped writer
+left), the traces handed over and not yet written (`unacknowledged()`, what a new writer
+process, or `stop`, must still write), and `acknowledge(id, error)`, each trace's fate.
 
 How a trace travels: on the server's event loop the traces offered within `BATCH_S` are written
 into the pipe together, by a timer of the loop (one non-blocking system call and one wake-up of
@@ -37,7 +38,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Protocol
+
+from podium.serve.traces.files import TraceFiles, write_all
 
 log = logging.getLogger("podium.serve")
 
@@ -46,8 +49,18 @@ BATCH_S = 0.01  # on an event loop, traces go to the writer process this often a
 UNPICKLABLE = (pickle.PicklingError, TypeError, AttributeError, ValueError)  # from `frame`
 
 # The writer process's program: this podium (wherever it is imported from), `writer_main`.
-WRITER = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
-          "from podium.serve.trace_writer import writer_main; writer_main(sys.argv[1:])")
+WRITER = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r}); "
+          "from podium.serve.traces.writer import writer_main; writer_main(sys.argv[1:])")
+
+
+class Ledger(Protocol):
+    """What the writer asks of the store it writes for (`TraceStore`)."""
+
+    files: TraceFiles
+
+    def unacknowledged(self) -> list[tuple[str, dict]]: ...
+
+    def acknowledge(self, trace_id: str, error: str | None) -> None: ...
 
 
 class Writer:
@@ -63,7 +76,7 @@ class Writer:
     pending (one already on disk is acknowledged, not written twice); at `stop` a trace it
     never acknowledged is written in this process."""
 
-    def __init__(self, store: Any) -> None:  # a TraceStore
+    def __init__(self, store: Ledger) -> None:
         self.store = store
         self.prunes_here = False  # True once traces had to be written in this process
         self._lock = threading.Lock()
@@ -167,9 +180,10 @@ class Writer:
                 return
 
     def _start(self) -> subprocess.Popen[bytes]:
+        files = self.store.files
         proc = self._proc = subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(self.store.folder), str(self.store.keep),
-             "shared" if self.store.shared else "alone"],
+            [sys.executable, "-c", WRITER, str(files.folder), str(files.keep),
+             "shared" if files.shared else "alone"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
             start_new_session=True)  # a terminal's Ctrl-C goes to the server, not to it
         fd = _stdin(proc).fileno()
@@ -230,7 +244,7 @@ class Writer:
             self.prunes_here = True
         for tid, data in left:
             try:
-                self.store.write(tid, data)
+                self.store.files.write(tid, data)
                 self.store.acknowledge(tid, None)
             except FileExistsError:
                 self.store.acknowledge(tid, None)
@@ -251,30 +265,18 @@ def frame(trace_id: str, data: dict) -> bytes:
     return struct.pack("!II", len(tid), len(body)) + tid + body
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """All of `data` to `fd` (a file, or the non-blocking pipe: waiting while it is full)."""
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view):]
-        except BlockingIOError:
-            select.select([], [fd], [])
-
-
 def writer_main(argv: list[str]) -> None:
     """The writer process: frames from stdin (`frame`) written as JSON files
-    (`TraceStore.write`, which also retires the oldest), their acknowledgements on stdout at
+    (`TraceFiles.write`, which also retires the oldest), their acknowledgements on stdout at
     most every `ACK_EVERY_S` (so that the server's reader wakes for batches, not for each
     trace). It runs in a
     session of its own and ignores SIGINT, so a terminal's Ctrl-C, which goes to the
     server's whole process group, stops the server, not it: it stops when its input ends,
     having written everything it was sent."""
-    from podium.serve.traces import TraceStore
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _background()
     folder, keep, mode = argv
-    store = TraceStore(folder, int(keep), shared=mode == "shared")
+    files = TraceFiles(folder, int(keep), shared=mode == "shared")
     source, out = sys.stdin.buffer.fileno(), sys.stdout.buffer
     acks: list[str] = []  # "ID ok" / "ID <why not>" lines not sent yet
     buf, sent = bytearray(), time.monotonic()
@@ -308,7 +310,7 @@ def writer_main(argv: list[str]) -> None:
             body = bytes(buf[at + 8 + n_id:at + 8 + n_id + n_body])
             at += 8 + n_id + n_body
             try:  # the server's own pickle, from its pipe
-                store.write(trace_id, pickle.loads(body))
+                files.write(trace_id, pickle.loads(body))
                 acks.append(f"{trace_id} ok\n")
             except FileExistsError:  # sent again after a restart: it is there
                 acks.append(f"{trace_id} ok\n")

@@ -1,0 +1,55 @@
+"""The Responses API's `response` object of a run, and its output items.
+
+The response holds one `message` output item with one `output_text` part (the team's answer,
+as the pipeline gives it; `response.output_text` in the openai client), `usage` as
+`input_tokens` / `output_tokens` / `total_tokens` over every call the run made, the same
+`podium` field as chat completions (`podium.serve.reply.podium_json`), and the request's
+`temperature`, `top_p` and `max_output_tokens` echoed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from podium.serve.reply import podium_json
+from podium.serve.responses.request import ResponsesRequest
+
+
+def usage_json(result) -> dict[str, Any]:
+    used = result.outcome.used
+    return {"input_tokens": used.prompt_tokens, "output_tokens": used.completion_tokens,
+            "total_tokens": used.total_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0}}
+
+
+def new_ids() -> tuple[str, str, str]:
+    """(response id, reasoning item id, message item id)."""
+    hexa = uuid.uuid4().hex
+    return f"resp_{hexa}", f"rs_{hexa}", f"msg_{hexa}"
+
+
+def message_item(mid: str, text: str | None, status: str = "completed") -> dict[str, Any]:
+    content = [] if text is None else [{"type": "output_text", "text": text,
+                                        "annotations": []}]
+    return {"type": "message", "id": mid, "status": status, "role": "assistant",
+            "content": content}
+
+
+def response_json(rid: str, created: int, model: str, req: ResponsesRequest, *,
+                  status: str = "completed", output: list | None = None, result=None,
+                  trace_id: str | None = None, error: dict | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": rid, "object": "response", "created_at": created, "status": status,
+        "model": model, "output": output or [], "error": error, "incomplete_details": None,
+        "instructions": req.instructions, "metadata": req.metadata or {},
+        "max_output_tokens": req.max_output_tokens, "parallel_tool_calls": False,
+        "temperature": req.temperature, "top_p": req.top_p, "tool_choice": "none", "tools": [],
+        "usage": usage_json(result) if result is not None else None,
+    }
+    if result is not None:
+        body["podium"] = podium_json(result)
+    if trace_id:
+        body["podium_trace_id"] = trace_id
+    return body
