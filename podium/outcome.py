@@ -7,7 +7,7 @@ rewards read it and never work it out again. Records are frozen: grading makes a
 
 **The answer across rounds.** Round 0 produces the first answer (or none). A recursion round
 either keeps it, revises it, or fails. A revision that produces an answer replaces it; a round
-that produces none (cut short by the budget, its final step failed) leaves the previous answer
+that produces none (cut short by a cap, its final step failed) leaves the previous answer
 standing, and a note says why. A recursion round whose output is not a valid workflow scores
 as a format error under `recursion_format_error = "zero"` (the paper's scoring: the answer is
 None) or leaves the previous answer standing under `"keep"`.
@@ -24,7 +24,8 @@ cost is None only when a model that was called has no price in the pool file.
 * ``model``: the system's own output is at fault, and a rerun of the same workflow will not
   help: the Conductor's output is not a valid workflow (reason ``parse:<reason>``), a worker
   kept answering with nothing (``empty``) or was given more context than it holds
-  (``context_length``), the workflow went past its budget (``budget``).
+  (``context_length``), the run reached one of its caps (``cap``: `max_calls`, `max_tokens`,
+  `max_cost`).
 * ``worker``: a model call failed: unreachable or timed out (``transport``), rejected key
   (``auth``), rate-limited after every retry (``rate_limit``), a server error (``server``),
   a rejected request (``bad_request``), any other provider failure (``other``). Fix the
@@ -148,7 +149,7 @@ class Outcome:
     used: Usage  # every call, cache hits included, at list price
     paid: Usage  # what this run paid: cache hits are free
     cache_hits: int = 0
-    stopped: str | None = None  # a budget or a failure that cut the run short
+    stopped: str | None = None  # a cap or a failure that cut the run short
     notes: tuple[str, ...] = ()  # plain sentences: fallbacks, kept answers, rounds that failed
     grade: Grade | None = None
     conductor: Usage = Usage()  # the Conductor's own calls: part of `used`

@@ -35,7 +35,7 @@ from podium.conductor.budget import BudgetCheck, RequestBudget, plan_price
 from podium.conductor.view import PoolView, settings_view
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
-from podium.llm.base import ChatClient, Sampling
+from podium.llm.base import ChatClient, Sampling, load_client
 from podium.llm.cache import ResponseCache, default_cache_path
 from podium.llm.registry import build_clients
 from podium.outcome import Outcome, Round, build_outcome
@@ -162,6 +162,12 @@ class Pipeline:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    async def load(self) -> None:
+        """Load what the Conductor's and workers' first calls would (the embedded model's
+        GGUF), before any question: `podium serve` does it before it takes requests."""
+        for client in [self.conductor.client, *self.team.clients]:
+            await load_client(client)
 
     async def aclose(self) -> None:
         for client in [self.conductor.client, *self.team.clients]:

@@ -38,6 +38,7 @@ async def _ask(question: str, pool_path: str | None, recursion: int | None,
     if show:
         show.header(pool, chosen)
     async with Pipeline(pool, settings=_settings(pool, recursion, no_cache)) as pipe:
+        await pipe.load()  # before the live view: an embedded model's load silences stdout
         if show:
             show.thinking()
         return pool, await pipe.ask(question, workers=chosen, budget=budget,

@@ -193,6 +193,17 @@ class ClientWrapper:
         if close is not None:
             await close()
 
+    async def load(self) -> None:
+        await load_client(self.inner)
+
+
+async def load_client(client: object) -> None:
+    """Do now what a client's first call would do first (the embedded model loads its GGUF):
+    a server does it before it takes requests. A client with nothing to load has no `load`."""
+    load = getattr(client, "load", None)
+    if load is not None:
+        await load()
+
 
 class NoGrammar:
     """Base of the backends that cannot constrain decoding (the native vendor APIs, Python

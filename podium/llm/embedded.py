@@ -185,6 +185,12 @@ class EmbeddedClient:
     def supports_grammar(self) -> bool:
         return True
 
+    async def load(self) -> None:
+        """Load the model now, not at the first call: llama.cpp silences the process's
+        stdout and stderr while it loads (see the module docstring), so what other threads
+        print then (a server's access log, a live view) would be lost."""
+        await asyncio.to_thread(self._store.get, self._path, self.spec.n_ctx)
+
     def _generate(self, messages: list[Message], grammar: str | None, spec: ModelSpec,
                   cancelled: threading.Event, on_piece: TextSink | None = None) -> ChatResponse:
         from llama_cpp import StoppingCriteriaList

@@ -61,6 +61,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(traces.start)
+        await pipeline.load()  # before the first request: see EmbeddedClient.load
         server.drain.started()
         yield
         await pipeline.aclose()
