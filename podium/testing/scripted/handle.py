@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,6 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from podium.testing.ports import free_port
 from podium.testing.scripted.settings import HOST, ServerConfig
 
 # --------------------------------------------------------------------------------------------
@@ -30,12 +30,6 @@ def _request_json(method: str, url: str, body: Any = None, timeout: float = 10.0
         request.add_header("Content-Type", "application/json")
     with _NO_PROXY_OPENER.open(request, timeout=timeout) as response:
         return json.loads(response.read().decode())
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 class ScriptedServer:
@@ -102,7 +96,7 @@ class ScriptedServer:
         deadline = time.monotonic() + self.startup_timeout
         last_error = ""
         for _attempt in range(3):  # another process may take the free port before we bind it
-            self._spawn(_free_port())
+            self._spawn(free_port())
             ready, last_error = self._wait_ready(deadline)
             if ready:
                 return self
