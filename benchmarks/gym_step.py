@@ -1,6 +1,6 @@
 """How long is a subtask-mode gym step: drawn plans written or sampled, idle rows skipped or not?
 
-In the gym's subtask mode with `[grpo] explore_subtasks = "question"`, a drawn plan's grammar
+In the gym's subtask mode with `[rollout] explore_subtasks = "question"`, a drawn plan's grammar
 admits one text (its ids, access values and the question as every subtask), so
 `ConstrainedRollout` writes that completion instead of sampling it token by token; and the loss
 leaves out the completions with no advantage (`podium.train.zero_advantage`: wrong drawn plans, groups
@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from gym_learning import DEFAULT_FAMILIES, config, team  # noqa: E402
 
 S5 = ["run.prompt=compact-subtask", "run.max_subtask_chars=72",
-      "grpo.max_completion_tokens=128", "grpo.temperature=0.6", "grpo.credit=live",
-      "grpo.explore_subtasks=question"]
+      "grpo.max_completion_tokens=128", "grpo.temperature=0.6", "rollout.credit=live",
+      "rollout.explore_subtasks=question"]
 MODES = ("sampled", "written", "podium")
 
 

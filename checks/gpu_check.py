@@ -42,9 +42,13 @@ lr_scheduler = "constant"
 warmup_ratio = 0.0
 temperature = 1.0
 max_completion_tokens = 64
-constrained = true
 save_steps = 1
 save_total_limit = 2
+"""
+
+ROLLOUT = """
+[rollout]
+constrained = true
 """
 
 RECURSION = """
@@ -79,9 +83,9 @@ def setup(work: str, tokenizer_dir: str) -> None:
     tokenizer.save_pretrained(root / "tiny")
     recipe = partial(sums_recipe, root, 16, run=RUN, grpo=GRPO, conductor=CONDUCTOR,
                      output="transcripts_per_step = 2")
-    recipe(model=root / "tiny")
+    recipe(model=root / "tiny", extra=ROLLOUT)
     recipe(model=root / "out" / "final", out=root / "recursion", name="recursion.toml",
-           extra=RECURSION)
+           extra=ROLLOUT + RECURSION)
     params = sum(p.numel() for p in model.parameters())
     print(f"policy {root / 'tiny'}: {params / 1e6:.1f}M parameters")
 

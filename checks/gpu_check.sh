@@ -125,8 +125,8 @@ trl.__version__, 'accelerate', accelerate.__version__)"
     # (PY=.venv-vllm/bin/python for its CPU build) and says so where it is not.
     if "$PY" -c "import vllm" 2>/dev/null; then
         step vllm "$PY" -m podium.cli.main train --config "$WORK/train.toml" \
-            --set grpo.use_vllm=true --set grpo.vllm_mode=colocate \
-            --set grpo.vllm_gpu_memory_utilization=0.3 \
+            --set vllm.enabled=true --set vllm.mode=colocate \
+            --set vllm.gpu_memory_utilization=0.3 \
             --set grpo.max_steps=2 \
             --set "output.dir=$WORK/out-vllm" || failed=1
     else

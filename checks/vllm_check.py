@@ -7,7 +7,7 @@ line and fails the check (exit 1) when it does not hold:
 1. **resolve**: `pip install --dry-run --report` resolves `podium[gpu]` (vLLM, DeepSpeed and the
    `train` pins) from package metadata; the versions it chose are reported.
 2. **train**: the gym recipe (configs/train/gym-cpu.toml) trains 2 steps with
-   `grpo.use_vllm = true`, `vllm_mode = "colocate"`: vLLM inside the training process samples
+   `vllm.enabled = true`, `vllm.mode = "colocate"`: vLLM inside the training process samples
    every rollout under its own row's grammar. Holds when both steps ran, no rollout was a format
    error, a step's gradient was not vanishing (norm > 1e-3: the policy learned from them), and
    the checkpoint was written.
@@ -100,8 +100,8 @@ def train(vllm_python: Path, out: Path, steps: int) -> dict[str, Any]:
     shutil.rmtree(folder, ignore_errors=True)  # a fresh run, not a resume of the last check's
     started = time.monotonic()
     cmd = [str(vllm_python.with_name("podium")), "train", "--config",
-           str(ROOT / "configs/train/gym-cpu.toml"), "--set", "grpo.use_vllm=true",
-           "--set", "grpo.vllm_mode=colocate",
+           str(ROOT / "configs/train/gym-cpu.toml"), "--set", "vllm.enabled=true",
+           "--set", "vllm.mode=colocate",
            "--set", f"grpo.max_steps={steps}", "--set", "grpo.save_steps=1000",
            "--set", f"output.dir={folder}"]
     log = out / "train.log"

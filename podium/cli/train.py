@@ -21,7 +21,7 @@ def run_train(config: str, overrides: list[str], dry_run: bool, resume: bool) ->
     console = Console()
     require_train()
     from podium.train.config import load_train_config
-    from podium.train.layout import Launch
+    from podium.train.rollout.layout import Launch
     from podium.train.trainer import build, train
 
     cfg = load_train_config(config, overrides)

@@ -21,9 +21,9 @@ When the prompt's prefill already opens the lists (the compact prompt's ``model_
 
 `skeleton=(ids, access)` holds the workflow to one plan (its worker ids and access values,
 e.g. ``((2, 0), ("[]", "all"))``) and leaves only the reasoning and the subtasks free: the
-exploration rollouts of training (`[grpo] explore`, `podium.train.explore`) are sampled so.
+exploration rollouts of training (`[rollout] explore`, `podium.train.rollout.explore`) are sampled so.
 With `subtasks` as well, one per step, the subtasks are literals too
-(`[grpo] explore_subtasks = "question"`); opened, such a grammar admits exactly one text,
+(`[rollout] explore_subtasks = "question"`); opened, such a grammar admits exactly one text,
 `fixed_workflow`, which training then writes instead of sampling.
 
 `prices` (one call's list price per id) with `budget` holds the id list to plans whose list

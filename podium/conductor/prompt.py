@@ -272,7 +272,7 @@ _RECURSION_PREFILL_V1 = (
 
 # A compact prompt for small Conductors and fast CPU training: no reasoning; the prefill opens
 # the lists, so the model writes the plan straight away. Meant to be held to the workflow
-# grammar (a constrained Conductor, or `[grpo] constrained` in training), which fixes the
+# grammar (a constrained Conductor, or `[rollout] constrained` in training), which fixes the
 # format; left free, a 135M model rarely writes three valid lists from it.
 _QUESTION_AND_MODELS = """
 

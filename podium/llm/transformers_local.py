@@ -9,7 +9,7 @@ The prompt is rendered with the model's own chat template; a trailing assistant 
 true prefill (the template continues it), as in the embedded backend and in training. One
 loaded model is shared by every pool entry naming the same directory, and calls to it are
 serialised. A GBNF grammar (a constrained Conductor) is applied with xgrammar, as in training
-with `[grpo] constrained`, when xgrammar is installed (it is in the `train` extra).
+with `[rollout] constrained`, when xgrammar is installed (it is in the `train` extra).
 """
 
 from __future__ import annotations

@@ -2,11 +2,13 @@
 
     podium train --config configs/train/gym-cpu.toml [--set grpo.max_steps=10] [--dry-run]
 
-`config` (the TOML file), `data` (rows: task mix, sub-pools, the exact inference prompt),
-`reward` (each rollout run by the pipeline and graded by the task: the outcome becomes the
-reward), `model` (the policy, the bundled GGUF converted once), `trainer` (TRL's GRPOTrainer,
-the plan, checkpoints and resume), `zero_advantage` (the loss without the completions that have no
-advantage). Importing this package does not import torch.
+`config` (the TOML file), `data` (typed rows: task mix, sub-pools, budgets, the exact inference
+prompt), `rollout/` (one step's rollouts: the process layout, generation under the grammar,
+explored plans, the recursion round), `score` (a completion run by the pipeline and graded),
+`reward` (the graded outcome becomes the reward), `model` (the policy, the bundled GGUF
+converted once), `trainer` (the TrainingJob: TRL's GRPOTrainer, the plan, checkpoints and
+resume), `grpo` (every TRL internal podium touches), `zero_advantage` (the loss without the
+completions that have no advantage). Importing this package does not import torch.
 """
 
 from podium.train.config import TrainConfig, load_train_config

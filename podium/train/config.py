@@ -19,6 +19,12 @@
     questions_per_step = 4
     generations = 64
 
+    [rollout]
+    constrained = true                # every rollout held to the workflow grammar
+
+`[grpo]` holds TRL's keys (the optimiser, the step's shape, sampling, checkpoints), `[rollout]`
+podium's rollout features (the grammar, loss credit, drawn plans) and `[vllm]` generation by
+vLLM; a rollout or vLLM key written under [grpo] is refused with its place named (`MOVED`).
 Unknown keys are rejected with the key named, and every number is held to a range (sizes and
 counts to an upper bound a run can be built with, floats finite); `podium train --set grpo.learning_rate=1e-5`
 overrides any field (the value is read as TOML, else as text). Defaults are the paper's recipe
@@ -38,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from podium.config import RunSettings
 from podium.errors import ConfigError
 from podium.files import file_in_the_way
-from podium.train.explore import explored_count
+from podium.train.rollout.explore import explored_count
 
 # Upper bounds on what a step, a run and a rollout may be: each far past any recipe (the paper's
 # step is 4 questions x 64 rollouts of 1,024 tokens, 200 steps), each refused by name beyond.
@@ -214,36 +220,6 @@ class GRPOSection(_Section):
                                        "(the paper: 1,024).")
     mask_truncated_completions: bool = Field(False, description="Leave completions cut at "
                                              "the length limit out of the loss.")
-    constrained: bool = Field(False, description="Sample every rollout under the Conductor's "
-                              "grammar (valid workflows only; transformers generation with "
-                              "xgrammar), as a constrained Conductor runs at inference.")
-    credit: Literal["all", "live", "plan"] = Field(
-        "all", description="all: every completion token takes the rollout's advantage (the "
-        "paper); live: the tokens writing a step the final answer cannot depend on (not the "
-        "last step, not seen by it) are left out of the loss; plan: live, and every subtask's "
-        "text too, for workers that read the question, not the subtask (podium.train.credit; "
-        "needs constrained = true).")
-    subtask_weight: float = Field(
-        1.0, ge=0, le=1, description="With credit = live: the weight in the loss of a live "
-        "step's subtask tokens against the plan's tokens (1: equal; 0: as credit = plan).")
-    explore: float = Field(
-        0.0, ge=0, le=1, description="Share of each group's rollouts whose plan skeleton (worker "
-        "ids and access values) is drawn uniformly at random, distinct within the group; the "
-        "subtasks stay the policy's unless explore_subtasks says otherwise "
-        "(podium.train.explore; needs constrained = true).")
-    explore_plans: Literal["live", "all"] = Field(
-        "live", description="Which skeletons explore draws: live = only plans whose every step "
-        "reaches the answer (a plan of two steps or more ends with \"all\"); all = every "
-        "skeleton, a last step that sees nothing included.")
-    explore_subtasks: Literal["policy", "question"] = Field(
-        "policy", description="The subtasks of the rollouts explore draws: policy = the "
-        "policy's own; question = the question itself at every step (for workers that read "
-        "only their subtask, podium.train.explore).")
-    explore_wrong: Literal["keep", "drop"] = Field(
-        "drop", description="An explored rollout whose answer is wrong: keep = scored like "
-        "any other; drop = unscorable, left out of its group's baseline and the loss, so "
-        "drawn plans teach only by succeeding (pushing down a plan the policy would rarely "
-        "write moves its probability onto the plan it already favours).")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus (0: none).")
     seed: int = Field(42, ge=0, le=MAX_SEED, description="Seed of sampling and of the trainer.")
     save_steps: int = Field(20, ge=1, description="Checkpoint every N steps.")
@@ -264,17 +240,66 @@ class GRPOSection(_Section):
         ("tensorboard",), description="Where metrics go besides metrics.jsonl: 'tensorboard' "
         "(logs in OUTPUT/runs: tensorboard --logdir OUTPUT), 'wandb', 'trackio', ...; [] "
         "for none.")
-    use_vllm: bool = Field(False, description="Generate with vLLM (GPU recipes).")
-    vllm_mode: Literal["server", "colocate"] = Field(
+
+
+class RolloutSection(_Section):
+    """How podium samples a step's rollouts and weighs their tokens (podium.train.rollout)."""
+
+    constrained: bool = Field(False, description="Sample every rollout under the Conductor's "
+                              "grammar (valid workflows only; transformers generation with "
+                              "xgrammar), as a constrained Conductor runs at inference.")
+    credit: Literal["all", "live", "plan"] = Field(
+        "all", description="all: every completion token takes the rollout's advantage (the "
+        "paper); live: the tokens writing a step the final answer cannot depend on (not the "
+        "last step, not seen by it) are left out of the loss; plan: live, and every subtask's "
+        "text too, for workers that read the question, not the subtask (podium.train.credit; "
+        "needs constrained = true).")
+    subtask_weight: float = Field(
+        1.0, ge=0, le=1, description="With credit = live: the weight in the loss of a live "
+        "step's subtask tokens against the plan's tokens (1: equal; 0: as credit = plan).")
+    explore: float = Field(
+        0.0, ge=0, le=1, description="Share of each group's rollouts whose plan skeleton (worker "
+        "ids and access values) is drawn uniformly at random, distinct within the group; the "
+        "subtasks stay the policy's unless explore_subtasks says otherwise "
+        "(podium.train.rollout.explore; needs constrained = true).")
+    explore_plans: Literal["live", "all"] = Field(
+        "live", description="Which skeletons explore draws: live = only plans whose every step "
+        "reaches the answer (a plan of two steps or more ends with \"all\"); all = every "
+        "skeleton, a last step that sees nothing included.")
+    explore_subtasks: Literal["policy", "question"] = Field(
+        "policy", description="The subtasks of the rollouts explore draws: policy = the "
+        "policy's own; question = the question itself at every step (for workers that read "
+        "only their subtask, podium.train.rollout.explore).")
+    explore_wrong: Literal["keep", "drop"] = Field(
+        "drop", description="An explored rollout whose answer is wrong: keep = scored like "
+        "any other; drop = unscorable, left out of its group's baseline and the loss, so "
+        "drawn plans teach only by succeeding (pushing down a plan the policy would rarely "
+        "write moves its probability onto the plan it already favours).")
+
+
+class VllmSection(_Section):
+    """Rollouts generated by TRL's vLLM (the `gpu` extra)."""
+
+    enabled: bool = Field(False, description="Generate the rollouts with vLLM (GPU recipes).")
+    mode: Literal["server", "colocate"] = Field(
         "server", description="server: a separate `trl vllm-serve` (the paper's setup); "
         "colocate: vLLM inside each training process.")
-    vllm_server_base_url: str | None = Field(None, description="A running `trl vllm-serve`.")
-    vllm_gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="GPU memory "
-                                               "share vLLM may take in colocate mode.")
+    server_base_url: str | None = Field(None, description="A running `trl vllm-serve`.")
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="GPU memory share "
+                                          "vLLM may take in colocate mode.")
     importance_sampling_correction: bool = Field(
-        False, description="With vLLM: TRL's importance-sampling correction for the gap "
-        "between vLLM's and the trainer's log-probabilities (on by default in TRL 1.16; the "
-        "paper's TRL had none, so off here; refused with constrained rollouts).")
+        False, description="TRL's importance-sampling correction for the gap between vLLM's "
+        "and the trainer's log-probabilities (on by default in TRL 1.16; the paper's TRL had "
+        "none, so off here; refused with constrained rollouts).")
+
+
+# keys that [grpo] does not take, and where they are written
+MOVED = {**{k: f"rollout.{k}" for k in ("constrained", "credit", "subtask_weight", "explore",
+                                       "explore_plans", "explore_subtasks", "explore_wrong")},
+         "use_vllm": "vllm.enabled", "vllm_mode": "vllm.mode",
+         "vllm_server_base_url": "vllm.server_base_url",
+         "vllm_gpu_memory_utilization": "vllm.gpu_memory_utilization",
+         "importance_sampling_correction": "vllm.importance_sampling_correction"}
 
 
 class HeldOutSection(_Section):
@@ -310,6 +335,8 @@ class TrainConfig(_Section):
     budget: BudgetSection = BudgetSection()
     recursion: RecursionSection = RecursionSection()
     grpo: GRPOSection = GRPOSection()
+    rollout: RolloutSection = RolloutSection()
+    vllm: VllmSection = VllmSection()
     heldout: HeldOutSection = HeldOutSection()
     run: RunSettings = Field(RunSettings(), description="Run settings ([run] keys of a pool "
                              "file) over the pool's own, e.g. max_steps, fewshots: only the "
@@ -317,9 +344,20 @@ class TrainConfig(_Section):
     output: OutputSection = OutputSection()
     source: str = "<dict>"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        grpo = data.get("grpo") if isinstance(data, dict) else None
+        moved = [k for k in (grpo or {}) if k in MOVED] if isinstance(grpo, dict) else []
+        if moved:
+            raise ValueError("; ".join(
+                f"grpo.{k} is not a [grpo] key: write it as {MOVED[k]} (in the "
+                f"[{MOVED[k].split('.')[0]}] section)" for k in moved))
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
-        h = self.heldout
+        h, r = self.heldout, self.rollout
         if any(s.name == h.task and s.split == h.split for s in self.data.tasks):
             raise ValueError(f"heldout: the {h.task} questions of split {h.split!r} are trained "
                              "on; hold out another split (e.g. heldout.split = 'test')")
@@ -332,44 +370,44 @@ class TrainConfig(_Section):
             raise ValueError("subpool.k_max must be at least subpool.k_min")
         if self.recursion.fraction and int(self.grpo.generations * self.recursion.fraction) < 1:
             raise ValueError("recursion.fraction x grpo.generations must be at least 1")
-        if self.grpo.credit != "all" and not self.grpo.constrained:
-            raise ValueError(f"grpo.credit = {self.grpo.credit!r} reads the steps from "
-                             "grammar-held rollouts: set grpo.constrained = true too")
-        if self.grpo.credit != "all" and self.recursion.fraction:
-            raise ValueError(f"grpo.credit = {self.grpo.credit!r} is for single-round training: "
-                             "set recursion.fraction = 0 or grpo.credit = 'all'")
-        if self.grpo.subtask_weight != 1 and self.grpo.credit != "live":
-            raise ValueError(f"grpo.subtask_weight weighs the subtasks of live steps, which only "
-                             f"credit = 'live' keeps apart (credit is {self.grpo.credit!r}): set "
-                             "grpo.credit = 'live' or leave subtask_weight at 1")
-        if self.grpo.constrained and self.grpo.use_vllm and self.grpo.importance_sampling_correction:
-            raise ValueError("grpo.importance_sampling_correction weighs each rollout by the "
+        if r.credit != "all" and not r.constrained:
+            raise ValueError(f"rollout.credit = {r.credit!r} reads the steps from "
+                             "grammar-held rollouts: set rollout.constrained = true too")
+        if r.credit != "all" and self.recursion.fraction:
+            raise ValueError(f"rollout.credit = {r.credit!r} is for single-round training: "
+                             "set recursion.fraction = 0 or rollout.credit = 'all'")
+        if r.subtask_weight != 1 and r.credit != "live":
+            raise ValueError(f"rollout.subtask_weight weighs the subtasks of live steps, which "
+                             f"only credit = 'live' keeps apart (credit is {r.credit!r}): set "
+                             "rollout.credit = 'live' or leave subtask_weight at 1")
+        if r.constrained and self.vllm.enabled and self.vllm.importance_sampling_correction:
+            raise ValueError("vllm.importance_sampling_correction weighs each rollout by the "
                              "trainer's over vLLM's log-probabilities, and under the grammar "
                              "vLLM reports those of the masked distribution: a 2-step gym run "
                              "measured sequence ratios near 1e-9, which leaves every rollout "
-                             "out of the loss. Set grpo.importance_sampling_correction = false "
-                             "(the default, as in the paper) or grpo.constrained = false")
-        if self.run.hold_budget and not self.grpo.constrained:
+                             "out of the loss. Set vllm.importance_sampling_correction = false "
+                             "(the default, as in the paper) or rollout.constrained = false")
+        if self.run.hold_budget and not r.constrained:
             raise ValueError("run.hold_budget holds rollouts to their budget through the "
-                             "Conductor's grammar: set grpo.constrained = true too")
-        if self.grpo.explore and not self.grpo.constrained:
-            raise ValueError("grpo.explore draws plans through the Conductor's grammar: set "
-                             "grpo.constrained = true too")
-        if self.grpo.explore_subtasks != "policy" and not self.grpo.explore:
-            raise ValueError("grpo.explore_subtasks sets the subtasks of explored rollouts, and "
-                             "grpo.explore is 0: set grpo.explore (e.g. 0.5) or leave "
+                             "Conductor's grammar: set rollout.constrained = true too")
+        if r.explore and not r.constrained:
+            raise ValueError("rollout.explore draws plans through the Conductor's grammar: set "
+                             "rollout.constrained = true too")
+        if r.explore_subtasks != "policy" and not r.explore:
+            raise ValueError("rollout.explore_subtasks sets the subtasks of explored rollouts, "
+                             "and rollout.explore is 0: set rollout.explore (e.g. 0.5) or leave "
                              "explore_subtasks at 'policy'")
-        if self.grpo.explore and self.recursion.fraction:
-            raise ValueError("grpo.explore is for single-round training: set "
-                             "recursion.fraction = 0 or grpo.explore = 0")
+        if r.explore and self.recursion.fraction:
+            raise ValueError("rollout.explore is for single-round training: set "
+                             "recursion.fraction = 0 or rollout.explore = 0")
         blocker = file_in_the_way(self.output.dir)
         if blocker is not None:
             raise ValueError(f"output.dir {self.output.dir!r}: {blocker} is a file, not a "
                              "folder; set output.dir to a folder (it is made if missing)")
-        if self.grpo.explore and explored_count(self.grpo.explore, self.grpo.generations) < 1:
-            raise ValueError(f"grpo.explore x grpo.generations rounds to no exploring rollout "
-                             f"({self.grpo.explore} x {self.grpo.generations}): raise "
-                             f"grpo.explore to at least 1/{self.grpo.generations}, or set it "
+        if r.explore and explored_count(r.explore, self.grpo.generations) < 1:
+            raise ValueError(f"rollout.explore x grpo.generations rounds to no exploring rollout "
+                             f"({r.explore} x {self.grpo.generations}): raise "
+                             f"rollout.explore to at least 1/{self.grpo.generations}, or set it "
                              "to 0")
         return self
 

@@ -7,23 +7,23 @@ question answered by the second step of a two-step plan, the first step's worker
 whenever the plan is right, whatever it is, so it drifts towards one worker for every question;
 on the gym that drift is what keeps the chained family out of reach (docs/gym.md).
 
-With `[grpo] credit = "live"`, the tokens that write a dead step's id, subtask and access entry
+With `[rollout] credit = "live"`, the tokens that write a dead step's id, subtask and access entry
 are masked out of the loss (TRL's `env_mask` from the rollout function); everything else,
 including the tokens that decide how many steps there are, keeps the rollout's advantage. The
 mask is read from the completion's text, which the Conductor's grammar holds to
 
     [reasoning "\\n"] model_id = [i, ...]\\nsubtasks = ["...", ...]\\naccess_list = [a, ...]
 
-with each access entry [] or "all", so it needs `[grpo] constrained = true`. A completion that
+with each access entry [] or "all", so it needs `[rollout] constrained = true`. A completion that
 does not read as that (never, under the grammar) is left whole.
 
-With `[grpo] subtask_weight = w` (live credit) a live step's subtask tokens count w times
+With `[rollout] subtask_weight = w` (live credit) a live step's subtask tokens count w times
 as much as the plan's tokens (TRL averages the loss over the weights, so a fractional
 `env_mask` is a weight): for workers that read only their subtask, where a plan is a few
 tokens among some thirty of subtask text that the reward also depends on. Measured once on the
 gym's subtask mode (docs/gym.md, run S3), w = 0.25 did worse than w = 1.
 
-With `[grpo] credit = "plan"`, the subtask texts of every step are left out too, so the loss
+With `[rollout] credit = "plan"`, the subtask texts of every step are left out too, so the loss
 is on the plan's decisions alone (ids, access values, the number of steps). It is for pools
 whose workers read the original question, not the subtask (the gym's question mode): there a
 subtask cannot change the reward, yet its tokens, sampled at temperature 1 and mostly

@@ -17,8 +17,8 @@ which would close the prefill and start a new turn. The sub-pool is drawn once p
 policy saw and the workflow the reward runs agree.
 
 Budgets (`[budget]`, beyond the paper): each row draws a budget and a price list
-(`draw_budget`); the prompt shows them with `run.show_budget`, and the row's `budget` column
-(JSON) takes them to the reward, which prices the plan against them.
+(`draw_budget`); the prompt shows them with `run.show_budget`, and the row carries them, typed,
+to the reward, which prices the plan against them. A row is a `podium.train.rollout.row.Row`.
 
 Sub-pools (PAPER.md §9 leaves them open; podium's choices): a share `subpool.fraction` of the
 rows gets one; its size is uniform in `k_min..k_max` (default 1..n), or, with probability
@@ -28,10 +28,10 @@ shown under their original ids unless `run.subpool_ids = "reindexed"`.
 
 from __future__ import annotations
 
-import json
 import math
 import random
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from itertools import zip_longest
 from typing import Any
 
@@ -43,11 +43,12 @@ from podium.errors import ConfigError
 from podium.tasks import get_task
 from podium.tasks.base import Item, Task
 from podium.train.config import BudgetSection, DataSection, SubpoolSection
+from podium.train.rollout.row import Row
 
 
 @dataclass(frozen=True)
 class TrainingData:
-    rows: list[dict[str, Any]]
+    rows: list[Row]
     tasks: dict[str, Task]  # by task name
     items: dict[tuple[str, str], Item]  # (task name, item id) -> item
     missing: dict[str, str] = field(default_factory=dict)  # task -> why it could not load
@@ -58,7 +59,7 @@ class TrainingData:
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for row in self.rows:
-            out[row["task"]] = out.get(row["task"], 0) + 1
+            out[row.task] = out.get(row.task, 0) + 1
         return out
 
     def close(self) -> None:
@@ -107,21 +108,6 @@ def draw_budget(spec: BudgetSection, pool: Pool, rng: random.Random) -> RequestB
     return RequestBudget(amount, tuple(prices))
 
 
-def budget_json(budget: RequestBudget | None) -> str:
-    """A row's budget as its dataset column holds it (TRL passes it to the reward): JSON, or
-    "" for none."""
-    return json.dumps(budget.to_json()) if budget else ""
-
-
-def budget_of(column: str | None) -> RequestBudget | None:
-    """The budget a row's column holds (`budget_json`)."""
-    if not column:
-        return None
-    data = json.loads(column)
-    prices = data.get("prices")
-    return RequestBudget(data["amount"], tuple(prices) if prices is not None else None)
-
-
 def _interleave(drawn: list[tuple[str, Item]]) -> list[tuple[str, Item]]:
     """Round-robin over (task, family): each block of consecutive rows has one of each kind
     while they last (balanced batches)."""
@@ -131,11 +117,11 @@ def _interleave(drawn: list[tuple[str, Item]]) -> list[tuple[str, Item]]:
     return [row for block in zip_longest(*kinds.values()) for row in block if row is not None]
 
 
-def view_of(pool: Pool, settings: RunSettings, workers: list[int],
+def view_of(pool: Pool, settings: RunSettings, workers: Sequence[int],
             budget: RequestBudget | None = None) -> PoolView:
     """The view a row's Conductor prompt shows (empty `workers`: the whole pool; `budget`:
     the row's, shown with `run.show_budget`)."""
-    return settings_view(pool.workers, settings, workers or None, budget)
+    return settings_view(pool.workers, settings, list(workers) or None, budget)
 
 
 def build_data(spec: DataSection, subpool: SubpoolSection, pool: Pool,
@@ -172,15 +158,14 @@ def build_data(spec: DataSection, subpool: SubpoolSection, pool: Pool,
         request = draw_budget(budget, pool, budget_rng) if budget else None
         question = tasks[name].format(item)
         view = view_of(pool, settings, workers, request)
-        rows.append({"messages": workflow_messages(question, view, settings),
-                     "question": question, "task": name, "item": item.id, "workers": workers,
-                     "budget": budget_json(request)})
+        rows.append(Row(workflow_messages(question, view, settings), question, name, item.id,
+                        tuple(workers), request))
     return TrainingData(rows, tasks, items, missing)
 
 
-def with_prompts(rows: list[dict[str, Any]], tokenizer: Any) -> list[dict[str, Any]]:
+def with_prompts(rows: list[Row], tokenizer: Any) -> list[Row]:
     """`rows` with `prompt`: the messages rendered by the policy's chat template, the final
     assistant message (the prefill) left open for the policy to continue."""
-    return [{**row, "prompt": tokenizer.apply_chat_template(
-        row["messages"], tokenize=False, continue_final_message=True,
-        add_generation_prompt=False)} for row in rows]
+    return [replace(row, prompt=tokenizer.apply_chat_template(
+        row.messages, tokenize=False, continue_final_message=True,
+        add_generation_prompt=False)) for row in rows]

@@ -31,9 +31,12 @@ from transformers import TrainerCallback
 from podium.checkpoint import write_card
 from podium.conductor import workflow_messages
 from podium.conductor.budget import RequestBudget, format_budget
-from podium.outcome import grade_outcome
-
-BATCH = 16  # held-out prompts generated together
+from podium.train.data import view_of, with_prompts
+from podium.train.grpo import TrlTrainer
+from podium.train.rollout.generate import greedy
+from podium.train.rollout.grammars import GrammarSpec
+from podium.train.rollout.row import Row
+from podium.train.score import Scored
 
 
 @dataclass
@@ -55,90 +58,51 @@ class HeldOutResult:
 
 
 class HeldOut:
-    """The held-out questions of a training run, and how to score the live policy on them."""
+    """The held-out questions of a training job, and how to score the live policy on them."""
 
-    def __init__(self, run: Any, task: Any, items: list[Any], split: str,
+    def __init__(self, job: Any, task: Any, items: list[Any], split: str,
                  budgets: list[RequestBudget | None] | None = None) -> None:
-        """`items` asked once at each of `budgets` (None: once, with no budget)."""
-        from podium.train.data import view_of, with_prompts
-
+        """`items` asked once at each of `budgets` (None: once, with no budget); `job` is
+        the `podium.train.trainer.TrainingJob`."""
         budgets = budgets or [None]
-        self.run, self.task, self.split = run, task, split
+        self.job, self.task, self.split = job, task, split
         self.items = [i for _ in budgets for i in items]
         self.budgets = [b for b in budgets for _ in items]
         self.rows = with_prompts([
-            {"messages": workflow_messages(task.format(i), view_of(run.pool, run.settings, [],
-                                                                   b), run.settings)}
+            Row(workflow_messages(task.format(i), view_of(job.pool, job.settings, [], b),
+                                  job.settings), task.format(i), task.name, i.id, budget=b)
             for i, b in zip(self.items, self.budgets, strict=True)],
-            run.trainer.processing_class)
+            job.trainer.processing_class)
 
     def completions(self) -> list[str]:
         """The policy's greedy completion of each held-out prompt (every process calls it)."""
-        import torch
-        from transformers import LogitsProcessorList
-
-        trainer = self.run.trainer
-        tok = trainer.processing_class
-        grammars = getattr(trainer.rollout_func, "grammars", None)
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        was_training = model.training
-        model.eval()
-        out: list[str] = []
-        try:
-            for start in range(0, len(self.rows), BATCH):
-                rows = self.rows[start:start + BATCH]
-                ids = [tok(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
-                width, pad = max(map(len, ids)), tok.pad_token_id
-                processors = None
-                if grammars is not None:
-                    from podium.train.constrained import GrammarSpec
-
-                    held = self.run.settings.hold_budget
-                    processors = LogitsProcessorList([grammars.processor(
-                        [GrammarSpec((), budget=b if held else None)
-                         for b in self.budgets[start:start + BATCH]])])
-                device = next(model.parameters()).device
-                with torch.no_grad():
-                    generated = model.generate(
-                        input_ids=torch.tensor([[pad] * (width - len(i)) + i for i in ids],
-                                               device=device),
-                        attention_mask=torch.tensor([[0] * (width - len(i)) + [1] * len(i)
-                                                     for i in ids], device=device),
-                        do_sample=False, max_new_tokens=trainer.args.max_completion_length,
-                        pad_token_id=pad, logits_processor=processors,
-                        synced_gpus=trainer.accelerator.num_processes > 1)
-                out += tok.batch_decode(generated[:, width:], skip_special_tokens=True)
-        finally:
-            if was_training:
-                model.train()
-        return out
+        tok = self.job.trainer.processing_class
+        held = self.job.settings.hold_budget
+        ids = [tok(r.prompt, add_special_tokens=False)["input_ids"] for r in self.rows]
+        specs = [GrammarSpec((), budget=b if held else None) for b in self.budgets]
+        out = greedy(TrlTrainer(self.job.trainer), ids, self.job.grammars, specs)
+        return tok.batch_decode(out, skip_special_tokens=True)
 
     def score(self, completions: list[str], step: int) -> HeldOutResult:
         """Run and grade each completion's workflow (on the trainer's event loop)."""
-        async def one(item: Any, row: dict, text: str,
-                      budget: RequestBudget | None) -> tuple[Any, Any, Any]:
-            run = await self.run.pipeline.run_completion(self.task.format(item), text,
-                                                         messages=row["messages"], budget=budget)
-            return item, run, await grade_outcome(run.outcome, self.task, item)
+        async def every() -> list[Scored]:
+            return await asyncio.gather(*(
+                self.job.scorer.score(row, text, self.task, item)
+                for item, row, text in zip(self.items, self.rows, completions, strict=True)))
 
-        async def every() -> list[tuple[Any, Any, Any]]:
-            return await asyncio.gather(*(one(i, r, t, b) for i, r, t, b in zip(
-                self.items, self.rows, completions, self.budgets, strict=True)))
-
-        loop = getattr(self.run.trainer, "async_loop", None)
-        graded = (asyncio.run_coroutine_threadsafe(every(), loop).result() if loop is not None
-                  else asyncio.run(every()))
+        graded = TrlTrainer(self.job.trainer).run(every())
         groups: dict[str, list[bool]] = {}
         several = len(set(self.budgets)) > 1
-        right = [bool(o.correct) and not o.over_budget for _, _, o in graded]
-        for (item, _, _), ok, b in zip(graded, right, self.budgets, strict=True):
+        right = [bool(s.outcome.correct) and not s.outcome.over_budget for s in graded]
+        for item, ok, b in zip(self.items, right, self.budgets, strict=True):
             key = (item.meta or {}).get("family") or self.task.name
             groups.setdefault(key, []).append(ok)
             if several and b is not None:
                 groups.setdefault(f"budget {format_budget(b.amount)}", []).append(ok)
-        plans = [tuple(s.worker_name for s in r.rounds[0].execution.steps)
-                 if r.rounds[0].execution is not None else None for _, r, _ in graded]
-        budgeted = [o.budget for _, _, o in graded if o.budget is not None]
+        executions = [g.run.rounds[0].execution for g in graded]
+        plans = [tuple(s.worker_name for s in e.steps) if e is not None else None
+                 for e in executions]
+        budgeted = [g.outcome.budget for g in graded if g.outcome.budget is not None]
         return HeldOutResult(
             step, statistics.fmean(right), statistics.fmean(p is not None for p in plans),
             {k: statistics.fmean(v) for k, v in sorted(groups.items())}, plans,
@@ -150,8 +114,8 @@ class HeldOutEvaluation(TrainerCallback):
     """Scores the policy on the held-out questions every `every` steps and at the end,
     logs `heldout/accuracy` and `heldout/valid`, and keeps the best step's policy in best/."""
 
-    def __init__(self, run: Any, heldout: HeldOut, every: int) -> None:
-        self.run, self.heldout, self.every = run, heldout, every
+    def __init__(self, job: Any, heldout: HeldOut, every: int) -> None:
+        self.job, self.heldout, self.every = job, heldout, every
         self.best: HeldOutResult | None = None
         self.last: HeldOutResult | None = None
 
@@ -162,12 +126,12 @@ class HeldOutEvaluation(TrainerCallback):
     def evaluate(self, state: Any) -> HeldOutResult | None:
         if self.last is not None and self.last.step == state.global_step:
             return None
-        trainer = self.run.trainer
+        trl = TrlTrainer(self.job.trainer)
         texts = self.heldout.completions()
         result = None
         if state.is_world_process_zero:
             result = self.heldout.score(texts, state.global_step)
-        result = self.last = _shared(trainer, result)
+        result = self.last = trl.shared(result)
         better = self.best is None or result.accuracy > self.best.accuracy
         if better:
             self.best = result
@@ -178,9 +142,7 @@ class HeldOutEvaluation(TrainerCallback):
                    if result.over_budget is not None else {}),
                 **{f"heldout/{k}": v for k, v in result.by_group.items()
                    if len(result.by_group) > 1}}
-        # logged with this step's own metrics, which TRL logs right after on_step_end
-        for name, value in logs.items():
-            trainer._metrics["train"][name].append(value)
+        trl.log_with_step(logs)
         return result
 
     def card_fields(self) -> dict[str, Any]:
@@ -193,13 +155,13 @@ class HeldOutEvaluation(TrainerCallback):
                             "best_step": self.best.step}}
 
     def _save_best(self, state: Any) -> None:
-        trainer = self.run.trainer
+        trainer = self.job.trainer
         best = Path(trainer.args.output_dir) / "best"
         trainer.save_model(str(best))  # every process: ZeRO-3 gathers the weights
         if state.is_world_process_zero:
             trainer.processing_class.save_pretrained(str(best))
             (best / "training_args.bin").unlink(missing_ok=True)
-            write_card(best, {**self.run.card, "steps": state.global_step,
+            write_card(best, {**self.job.card, "steps": state.global_step,
                               "metrics": _last_metrics(state), **self.card_fields()})
 
 
@@ -207,30 +169,18 @@ def _last_metrics(state: Any) -> dict[str, Any]:
     return next((h for h in reversed(state.log_history) if "reward" in h), {})
 
 
-def _shared(trainer: Any, result: HeldOutResult | None) -> HeldOutResult:
-    """The main process's result, on every process."""
-    if trainer.accelerator.num_processes > 1:
-        from accelerate.utils import broadcast_object_list
-
-        box = [result]
-        broadcast_object_list(box, from_process=0)
-        result = box[0]
-    assert result is not None  # the main process scored it
-    return result
-
-
-def build_heldout(run: Any) -> HeldOut | None:
-    """The run's held-out questions from its config's [heldout] section (None when off). A
+def build_heldout(job: Any) -> HeldOut | None:
+    """The job's held-out questions from its config's [heldout] section (None when off). A
     task of the training mix is the same task (its options kept, e.g. the gym's families)."""
     from podium.tasks import get_task
 
-    spec = run.config.heldout
+    spec = job.config.heldout
     if spec.task is None:
         return None
-    task = run.data.tasks.get(spec.task) if not spec.options else None
+    task = job.data.tasks.get(spec.task) if not spec.options else None
     task = task or get_task(spec.task, **spec.options)
-    return HeldOut(run, task, task.load(split=spec.split, n=spec.n, seed=spec.seed), spec.split,
-                   heldout_budgets(run.config.budget))
+    return HeldOut(job, task, task.load(split=spec.split, n=spec.n, seed=spec.seed), spec.split,
+                   heldout_budgets(job.config.budget))
 
 
 def heldout_budgets(spec: Any) -> list[RequestBudget | None] | None:

@@ -3,8 +3,9 @@
 Each process scores its own share of a step's rollouts (`podium.train.reward`) and keeps, per
 rollout, a small `RolloutRecord` (right or wrong, parse failures, tokens, cost, the plan's
 workers by position, round and decision), and a few candidate transcripts. `StepLog` is that
-share. The trainer gathers every process's `StepLog` on its main thread (an all-gather, so
-every process computes the same numbers) and `publish` turns the union into the step's
+share, kept by the job's `StepRecorder` (handed to both the reward and the trainer). The
+trainer has the recorder gather every process's `StepLog` on its main thread (an all-gather,
+so every process computes the same numbers) and `publish` turns the union into the step's
 metrics (shares of all the step's rollouts, not a mean of per-process shares) and the
 transcripts the main process writes. With one process the gather is the identity.
 
@@ -172,6 +173,31 @@ def publish(log: StepLog, *, gather: Callable[[list[StepLog]], list[StepLog]] = 
             for t in pick_transcripts(step.transcripts, per_step):
                 fh.write(json.dumps(t, ensure_ascii=False) + "\n")
     return metrics
+
+
+class StepRecorder:
+    """Holds this process's `StepLog` of the step being scored until the trainer publishes
+    it: the reward keeps it (`keep`), the trainer publishes it once TRL's rewards are in
+    (`publish`, on the main thread, where the gather may run). `transcripts`: the file the
+    main process appends to (None elsewhere); `per_step`: transcripts a step."""
+
+    def __init__(self, transcripts: Path | None = None, per_step: int = 0) -> None:
+        self.transcripts, self.per_step = transcripts, per_step
+        self.pending: StepLog | None = None
+
+    def keep(self, log: StepLog) -> None:
+        self.pending = log
+
+    def publish(self, gather: Callable[[list[StepLog]], list[StepLog]] = lambda x: x,
+                log_metric: Callable[[str, float], None] | None = None) -> dict[str, float]:
+        """Publish the pending step log gathered from every process (`gather`: an
+        all-gather of a list, such as accelerate's `gather_object`); {} when none is
+        pending."""
+        log, self.pending = self.pending, None
+        if log is None:
+            return {}
+        return publish(log, gather=gather, log_metric=log_metric,
+                       transcripts=self.transcripts, per_step=self.per_step)
 
 
 RUN_RECORDS = ("metrics.jsonl", "transcripts.jsonl")  # a run folder's per-step records

@@ -1,12 +1,14 @@
 """The reward is the pipeline's own run of each rollout.
 
-For every completion the policy writes, `ConductorReward` does exactly what `podium ask` does
-with a completion the Conductor generated (`Pipeline.run_completion`): parse it against the
-row's `PoolView` (an id outside the view is a format error), run the workflow on the pool's
-team with its limits, budget and response cache (keyed by a per-rollout sample id), take the
-final answer; then it grades the answer with the task's own grader (`grade_outcome`) and maps
-the outcome to a number (`reward_of`). All the rollouts of a step run concurrently, on the
-event loop TRL runs async reward functions on.
+For every completion the policy writes, `ConductorReward` has the `podium.train.score.Scorer`
+do exactly what `podium ask` does with a completion the Conductor generated
+(`Pipeline.run_completion`: parse it against the row's `PoolView`, where an id outside the view
+is a format error; run the workflow on the pool's team with its limits, budget and response
+cache, keyed by a per-rollout sample id; take the final answer; grade it with the task's own
+grader), and maps the outcome to a number (`reward_of`). All the rollouts of a step run
+concurrently, on the event loop TRL runs async reward functions on. TRL hands the reward each
+completion's dataset columns; the `row` column is the row's index in the job's rows
+(`podium.train.rollout.row`).
 
 Rewards (PAPER.md §5, D1, D9):
 
@@ -26,8 +28,8 @@ longer plan costs no more than a wrong shorter one (exploring two steps stays fr
 `[budget]`, a plan whose list price passes its row's budget scores as a wrong answer
 (`over_budget = "wrong"`) or a format error (`"zero"`), whatever its answer.
 
-Each step logs (`podium.train.metrics`, counted over every process of the job, then through
-TRL's `log_metric`): the correct and format-error rates, parse failures
+Each step logs (`podium.train.metrics`: the reward keeps the step's log in the job's
+`StepRecorder`, which the trainer publishes counted over every process of the job): the correct and format-error rates, parse failures
 by reason, dropped (infra) rollouts, the mean step count and the share of each count, the
 worker selection ratio overall and per position, and tokens and cost per rollout. A few
 rollouts per step go to `transcripts.jsonl` with their prompt, completion, workflow, answer
@@ -40,24 +42,22 @@ is its place in the whole step, so the processes of a job never share a cached a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-from podium.outcome import Outcome, grade_outcome
-from podium.pipeline import Pipeline, RunResult
-from podium.train.config import RecursionSection, RewardSection
-from podium.train.data import TrainingData, budget_of
-from podium.train.metrics import RolloutRecord, StepLog, pick_transcripts
-from podium.train.metrics import publish as publish_step
-from podium.train.recursion import blend, per_round
-from podium.train.rollout_info import RolloutInfo
+from podium.outcome import Outcome
+from podium.train.config import RewardSection
+from podium.train.data import TrainingData
+from podium.train.metrics import RolloutRecord, StepLog, StepRecorder, pick_transcripts
+from podium.train.rollout.recursion import blend, per_round
+from podium.train.rollout.row import RolloutInfo, Row
+from podium.train.rollout.settings import RolloutSettings
+from podium.train.score import Scored, Scorer
 
 SCHEMES: dict[str, tuple[float, float, float]] = {  # (format error, wrong, right)
     "paper": (0.0, 0.5, 1.0),
     "code": (0.0, 0.5, 1.5),
 }
-
 
 def reward_of(outcome: Outcome, spec: RewardSection, round_: int = 0) -> float | None:
     """The reward of a graded outcome for the completion of round `round_` (None:
@@ -88,119 +88,75 @@ def completion_text(completion: Any) -> str:
 
 
 class ConductorReward:
-    """An async TRL reward function over a pool's pipeline and the training data."""
+    """An async TRL reward function over the job's rows, scorer and step recorder."""
 
     __name__ = "podium"  # TRL names the reward's metrics after it
 
-    def __init__(self, pipeline: Pipeline, data: TrainingData, spec: RewardSection, *,
-                 transcripts: Path | None = None, per_step: int = 2,
-                 recursion: RecursionSection | None = None, group: int = 1,
-                 explore_wrong: str = "keep") -> None:
-        self.pipeline = pipeline
-        self.data = data
-        self.spec = spec
-        self.transcripts = transcripts
-        self.per_step = per_step
-        self.recursion = recursion
-        self.group = group
-        self.explore_wrong = explore_wrong
+    def __init__(self, scorer: Scorer, data: TrainingData, rows: Sequence[Row],
+                 spec: RewardSection, settings: RolloutSettings,
+                 recorder: StepRecorder) -> None:
+        self.scorer, self.data, self.rows, self.spec = scorer, data, rows, spec
+        self.settings, self.recorder = settings, recorder
         self.calls = 0
-        self.rank = 0  # this process's rank in the training job, set by the trainer
-        self.deferred = False  # True: keep each step's StepLog for the trainer to publish
-        self.pending: StepLog | None = None
 
-    async def run_round0(self, row: dict[str, Any], text: str, n_tokens: int,
-                         sample_id: str) -> RunResult:
-        """One rollout's round-0 run (the recursion rollout asks for it before round 1)."""
-        return await self.pipeline.run_completion(
-            row["question"], text, messages=row["messages"], workers=row["workers"] or None,
-            sample_id=sample_id, completion_tokens=n_tokens,
-            budget=budget_of(row.get("budget")))
-
-    async def _one(self, place: int, step: int, completion: Any, ids: Sequence[int],
-                   row: dict[str, Any]) -> tuple[RunResult, Outcome]:
+    async def _one(self, place: int, step: int, completion: Any, ids: Sequence[int], row: Row,
+                   info: RolloutInfo) -> Scored:
         """One rollout run and graded; `place` is its index in the whole step (the same
         however many processes share the step), which keys its cached replies."""
-        task, item = self.data.item(row["task"], row["item"])
-        text, sample_id = completion_text(completion), f"train:{step}:{self.calls}:{place}"
-        if row["round"] == 1:  # a recursion round after its round-0 rollout
-            run = await self.pipeline.run_revision(row["prior"], text,
-                                                   messages=row["round_messages"],
-                                                   sample_id=sample_id,
-                                                   completion_tokens=len(ids),
-                                                   budget=budget_of(row.get("budget")))
-        elif row["prior"] is not None:  # already run by the recursion rollout
-            run = row["prior"]
-        else:
-            run = await self.run_round0(row, text, len(ids), sample_id)
-        return run, await grade_outcome(run.outcome, task, item)
+        task, item = self.data.item(row.task, row.item)
+        return await self.scorer.score(row, completion_text(completion), task, item,
+                                       info=info, tokens=len(ids),
+                                       sample_id=f"train:{step}:{self.calls}:{place}")
 
     async def __call__(self, prompts: list, completions: list, completion_ids: list,
-                       messages: list, question: list, task: list, item: list, workers: list,
-                       budget: list | None = None, trainer_state: Any = None, log_metric: Callable | None = None,
+                       row: list[int], trainer_state: Any = None,
                        podium_rollout: list[RolloutInfo] | None = None,
                        **_: Any) -> list[float | None]:
-        """TRL's call: the batch's completions with the dataset's columns (`messages` ...
-        `workers`, one per completion), TRL's state and metric logger, and what podium's
-        rollout function says of each completion (`podium.train.rollout_info`)."""
+        """TRL's call: the batch's completions with the dataset's columns (`row`: each
+        completion's row index), TRL's state, and what podium's rollout function says of each
+        completion (`podium.train.rollout.row.RolloutInfo`)."""
         # the update these rollouts feed: metrics.jsonl logs it under the same number
         step = getattr(trainer_state, "global_step", 0) + 1
         n = len(completions)
         infos = podium_rollout or [RolloutInfo()] * n
-        rounds = [info.round for info in infos]
-        budgets = budget or [""] * n
-        rows = [{"messages": m, "question": q, "task": t, "item": it, "workers": w,
-                 "budget": b, "round": info.round, "prior": info.prior,
-                 "round_messages": info.round_messages}
-                for m, q, t, it, w, b, info in zip(
-                    messages, question, task, item, workers, budgets, infos, strict=True)]
+        rows = [self.rows[i] for i in row]
+        first = self.settings.first(n)
         done = await asyncio.gather(*(
-            self._one(self.rank * n + i, step, completions[i], completion_ids[i], rows[i]) for i in range(n)))
+            self._one(first + i, step, completions[i], completion_ids[i], rows[i], infos[i])
+            for i in range(n)))
         self.calls += 1
-        outcomes = [o for _, o in done]
-        rewards = [reward_of(o, self.spec, r) for o, r in zip(outcomes, rounds, strict=True)]
-        recursion = self.recursion if podium_rollout is not None else None
+        rounds = [info.round for info in infos]
+        rewards = [reward_of(s.outcome, self.spec, r) for s, r in zip(done, rounds, strict=True)]
+        recursion = self.settings.recursion if podium_rollout is not None else None
         if recursion is not None:
             second = {j: info.pair for j, info in enumerate(infos) if info.pair >= 0}
             rewards = blend(rewards, second, recursion.discount)
             if recursion.normalisation == "per_round":
-                rewards = per_round(rewards, rounds, self.group)
+                rewards = per_round(rewards, rounds, self.settings.group)
         exploring = any(info.explored is not None for info in infos)
         explored = [bool(info.explored) for info in infos]
-        if self.explore_wrong == "drop":  # unscorable: no baseline, no gradient
-            rewards = [None if e and not o.correct else r
-                       for r, o, e in zip(rewards, outcomes, explored, strict=True)]
-        log = StepLog(step, [RolloutRecord.of(o, run, explored=e, round_=r)
-                             for (run, o), e, r in zip(done, explored, rounds, strict=True)],
-                      self._candidates(step, messages, completions, done, rewards, explored),
-                      explored=exploring, recursion=recursion is not None)
-        if self.deferred:  # the trainer gathers it from every process (PodiumGRPOTrainer)
-            self.pending = log
-        else:
-            publish_step(log, log_metric=log_metric, transcripts=self.transcripts,
-                         per_step=self.per_step)
+        if self.settings.explore_wrong == "drop":  # unscorable: no baseline, no gradient
+            rewards = [None if e and not s.outcome.correct else r
+                       for r, s, e in zip(rewards, done, explored, strict=True)]
+        self.recorder.keep(StepLog(
+            step, [RolloutRecord.of(s.outcome, s.run, explored=e, round_=r)
+                   for s, e, r in zip(done, explored, rounds, strict=True)],
+            self._candidates(step, [r.messages for r in rows], completions, done, rewards,
+                             explored),
+            explored=exploring, recursion=recursion is not None))
         return rewards
 
-    def publish(self, gather: Callable, log_metric: Callable) -> None:
-        """Publish the pending step log gathered from every process (`gather`: an all-gather
-        of a list, such as accelerate's `gather_object`); transcripts are written where
-        `transcripts` is set (the main process)."""
-        log, self.pending = self.pending, None
-        if log is not None:
-            publish_step(log, gather=gather, log_metric=log_metric,
-                         transcripts=self.transcripts, per_step=self.per_step)
-
-    def _candidates(self, step: int, prompts: list, completions: list,
-                    done: list[tuple[RunResult, Outcome]], rewards: list[float | None],
-                    explored: list[bool]) -> list[dict[str, Any]]:
+    def _candidates(self, step: int, prompts: list, completions: list, done: list[Scored],
+                    rewards: list[float | None], explored: list[bool]) -> list[dict[str, Any]]:
         """This process's candidate transcripts: the `per_step` it would save alone (only
         those are rendered in full)."""
+        per_step = self.recorder.per_step
         picked = pick_transcripts([{"reward": r, "explored": e, "i": i} for i, (r, e) in
                                    enumerate(zip(rewards, explored, strict=True))],
-                                  self.per_step) if self.per_step else []
+                                  per_step) if per_step else []
         out = []
         for i in (p["i"] for p in picked):
-            run, outcome = done[i]
+            run, outcome = done[i].run, done[i].outcome
             out.append({
                 "step": step, "reward": rewards[i], "correct": outcome.correct,
                 "prompt": prompts[i], "completion": completion_text(completions[i]),

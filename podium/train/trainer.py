@@ -1,4 +1,4 @@
-"""`podium train`: build the GRPO run from a config, print its plan, train, checkpoint, resume.
+"""`podium train`: build the GRPO job from a config, print its plan, train, checkpoint, resume.
 
 One function reads top to bottom (`build`): the pool and run settings, the training rows, the
 policy, the reward (the pipeline's own run of each rollout), TRL's `GRPOConfig` from the
@@ -8,16 +8,17 @@ last checkpoint in the output folder with the same data order (the rows are a se
 and TRL's sampler is not reshuffled), its records of the steps after that checkpoint dropped
 (`resume_point`: they are trained and logged again).
 
-One step, as TRL's GRPOTrainer runs it, and where podium plugs in (`grpo.py` lists the TRL
-internals each hook relies on):
+One step, as TRL's GRPOTrainer runs it, and where podium plugs in (`grpo.py` holds every
+TRL internal podium touches):
 
     rows     = questions_per_step rows, each repeated `generations` times   (podium.train.data)
-    rollouts = rollout_func(rows)           # ConstrainedRollout / RecursionRollout: every row
-               or TRL's own generation      #   under its grammar (transformers or vLLM,
-                                            #   constrained.py, vllm_rollout.py, recursion.py)
+    rollouts = rollout_func(rows)           # podium.train.rollout: ConstrainedRollout or
+               or TRL's own generation      #   RecursionRollout, every row under its grammar
+                                            #   (transformers or vLLM)
     rewards  = ConductorReward(rollouts)    # each rollout run by the pipeline as `podium ask`
-                                            #   would, graded by its task (reward.py); None =
-                                            #   unscorable; the step's metrics published
+                                            #   would and graded (score.Scorer, reward.py);
+                                            #   None = unscorable; the step's log kept in the
+                                            #   StepRecorder, published by the trainer
     adv      = (rewards - group mean) / group std       # TRL; an unscorable rollout gets 0
     loss     = GRPO clipped loss over the rows with adv != 0      # zero_advantage.py, TRL's
                with env_mask leaving dead steps out                #   loss (credit.py's mask)
@@ -35,7 +36,6 @@ metrics) and `transcripts.jsonl` (sample rollouts).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -52,38 +52,40 @@ from podium.errors import ConfigError
 from podium.pipeline import Pipeline
 from podium.settings import resolve_settings
 from podium.train.config import TrainConfig
-from podium.train.constrained import ConstrainedRollout, Grammars
 from podium.train.curve import draw_curve
 from podium.train.data import TrainingData, build_data, with_prompts
-from podium.train.explore import explored_count
-from podium.train.layout import CPU_LAUNCH, Launch, Layout, check, layout_of
-from podium.train.metrics import drop_records_after
-from podium.train.recursion import RecursionRollout
-from podium.train.reward import ConductorReward
+from podium.train.metrics import StepRecorder, drop_records_after
+from podium.train.rollout.explore import explored_count
+from podium.train.rollout.layout import CPU_LAUNCH, Launch, Layout, check, layout_of
+from podium.train.rollout.row import Row
+from podium.train.rollout.settings import RolloutSettings
+from podium.train.score import Scorer
 
 
 @dataclass
-class TrainingRun:
-    """Everything a run is built from, and the lines `--dry-run` prints."""
+class TrainingJob:
+    """Everything a training job is built from, and the lines `--dry-run` prints."""
 
     config: TrainConfig
     pool: Pool
     settings: RunSettings
     data: TrainingData
     layout: Layout
+    rollout: RolloutSettings
     trainer: Any = None
     pipeline: Pipeline | None = None
+    scorer: Scorer | None = None
+    grammars: Any = None  # podium.train.rollout.grammars.Grammars, with rollout.constrained
+    rows: list[Row] = field(default_factory=list)  # the dataset's rows, prompts rendered
     lines: list[str] = field(default_factory=list)
     card: dict[str, Any] = field(default_factory=dict)  # the checkpoints' Conductor card
     heldout: Any = None  # podium.train.heldout.HeldOutEvaluation, when [heldout] names a task
 
     def close(self) -> None:
         if self.pipeline is not None:
-            loop = getattr(self.trainer, "async_loop", None)
-            if loop is not None and loop.is_running():
-                asyncio.run_coroutine_threadsafe(self.pipeline.aclose(), loop).result()
-            else:
-                asyncio.run(self.pipeline.aclose())
+            from podium.train.grpo import TrlTrainer
+
+            TrlTrainer(self.trainer).run(self.pipeline.aclose())
             self.pipeline = None
         self.data.close()
 
@@ -97,7 +99,7 @@ def run_settings(config: TrainConfig, pool: Pool) -> RunSettings:
 
 
 def grpo_args(config: TrainConfig, layout: Layout | None = None) -> Any:
-    """TRL's GRPOConfig for the config's [grpo] section, laid out for `layout` (default: the
+    """TRL's GRPOConfig for the config's [grpo] and [vllm] sections, laid out for `layout` (default: the
     running launch). Under `accelerate launch` with DeepSpeed, building it hooks DeepSpeed into
     transformers, so it comes before the policy is loaded: ZeRO-3 then partitions the weights
     as they load instead of every process holding the whole model first."""
@@ -105,7 +107,7 @@ def grpo_args(config: TrainConfig, layout: Layout | None = None) -> Any:
     from trl import GRPOConfig
 
     layout = layout or layout_of(config)
-    g = config.grpo
+    g, v = config.grpo, config.vllm
     gpu = torch.cuda.is_available()
     return GRPOConfig(
         output_dir=config.output.dir,
@@ -142,22 +144,22 @@ def grpo_args(config: TrainConfig, layout: Layout | None = None) -> Any:
         use_cpu=not gpu,
         dataloader_num_workers=0,
         report_to=list(g.report_to) or "none",
-        use_vllm=g.use_vllm,
-        vllm_mode=g.vllm_mode,
-        vllm_server_base_url=g.vllm_server_base_url,
-        vllm_gpu_memory_utilization=g.vllm_gpu_memory_utilization,
-        vllm_importance_sampling_correction=g.importance_sampling_correction,
+        use_vllm=v.enabled,
+        vllm_mode=v.mode,
+        vllm_server_base_url=v.server_base_url,
+        vllm_gpu_memory_utilization=v.gpu_memory_utilization,
+        vllm_importance_sampling_correction=v.importance_sampling_correction,
         remove_unused_columns=False,
     )
 
 
-def _callbacks(plan: TrainingRun) -> list[Any]:
+def _callbacks(job: TrainingJob) -> list[Any]:
     from transformers import TrainerCallback
 
-    out = Path(plan.config.output.dir)
-    plan.card = card = card_of(plan.pool, plan.settings, base_model=plan.config.model.path,
-                               recipe=plan.config.source, data=plan.data.counts(),
-                               constrained=plan.config.grpo.constrained)
+    out = Path(job.config.output.dir)
+    job.card = card = card_of(job.pool, job.settings, base_model=job.config.model.path,
+                              recipe=job.config.source, data=job.data.counts(),
+                              constrained=job.config.rollout.constrained)
     last: dict[str, Any] = {}
 
     class PodiumCallback(TrainerCallback):  # the main process writes; the others train
@@ -169,7 +171,7 @@ def _callbacks(plan: TrainingRun) -> list[Any]:
 
         def on_save(self, args, state, control, **kwargs):
             if state.is_world_process_zero:
-                held = plan.heldout.card_fields() if plan.heldout is not None else {}
+                held = job.heldout.card_fields() if job.heldout is not None else {}
                 write_card(out / f"checkpoint-{state.global_step}",
                            {**card, "steps": state.global_step, "metrics": dict(last), **held})
 
@@ -177,7 +179,7 @@ def _callbacks(plan: TrainingRun) -> list[Any]:
 
 
 def build(config: TrainConfig, *, make_trainer: bool = True,
-          dry_run: bool = False) -> TrainingRun:
+          dry_run: bool = False) -> TrainingJob:
     """Read the pool, build the rows and (unless `make_trainer` is false) the policy, the
     reward and TRL's trainer. A dry run tolerates training data that is not on this machine:
     the plan names it, and the trainer is built on the rows there are (or on one placeholder
@@ -193,66 +195,68 @@ def build(config: TrainConfig, *, make_trainer: bool = True,
                       budget=config.budget)
     if not data.rows and not dry_run:
         raise ConfigError(f"{config.source}: the training mix has no items; check [[data.tasks]].")
-    plan = TrainingRun(config, pool, settings, data, layout)
-    plan.lines = describe(plan) + [f"limits      {note}" for note in limits]
+    job = TrainingJob(config, pool, settings, data, layout,
+                      RolloutSettings.of(config, launch.rank))
+    job.lines = describe(job) + [f"limits      {note}" for note in limits]
     if note := Launch.note():
-        plan.lines.append(f"launch      {note}")
+        job.lines.append(f"launch      {note}")
     if not make_trainer:
-        return plan
+        return job
     needs_vllm(config)
     from datasets import Dataset
 
-    from podium.train.grpo import grpo_trainer_class
+    from podium.train.grpo import TrlTrainer, grpo_trainer_class, rollout_func
     from podium.train.heldout import HeldOutEvaluation, build_heldout
     from podium.train.model import load_policy
     from podium.train.progress import StepLines, quiet_trl
+    from podium.train.reward import ConductorReward
+    from podium.train.rollout.constrained import ConstrainedRollout
+    from podium.train.rollout.grammars import Grammars
+    from podium.train.rollout.recursion import RecursionRollout
 
     # before the policy (see grpo_args); a dry run of N processes builds this one process's
     args = grpo_args(config, layout_of(config, launch) if dry_run else layout)
     model, tokenizer = load_policy(config.model.path, config.model.dtype)
     out = Path(config.output.dir)
     out.mkdir(parents=True, exist_ok=True)
-    plan.pipeline = Pipeline(pool, settings=settings)
-    recursion = config.recursion if config.recursion.fraction else None
-    reward = ConductorReward(plan.pipeline, data, config.reward,
-                             transcripts=out / "transcripts.jsonl" if launch.rank == 0 else None,
-                             per_step=config.output.transcripts_per_step,
-                             recursion=recursion, group=config.grpo.generations,
-                             explore_wrong=config.grpo.explore_wrong)
-    reward.rank, reward.deferred = launch.rank, True  # published by the trainer, every rank's
-    rows = with_prompts(data.rows or [_placeholder(pool, settings)], tokenizer)
-    grammars = (Grammars(tokenizer, model.config.vocab_size, pool, settings)
-                if config.grpo.constrained else None)
+    job.pipeline = Pipeline(pool, settings=settings)
+    job.scorer = Scorer(job.pipeline)
+    job.rows = with_prompts(data.rows or [_placeholder(pool, settings)], tokenizer)
+    recorder = StepRecorder(out / "transcripts.jsonl" if launch.rank == 0 else None,
+                            config.output.transcripts_per_step)
+    reward = ConductorReward(job.scorer, data, job.rows, config.reward, job.rollout, recorder)
+    if config.rollout.constrained:
+        job.grammars = Grammars(tokenizer, model.config.vocab_size, pool, settings)
     rollout: Any = None
-    if recursion:
-        rollout = RecursionRollout(reward, recursion, settings, tokenizer, rows, grammars)
-    elif grammars is not None:
-        rollout = ConstrainedRollout(grammars, tokenizer, rows, config.grpo.credit,
-                                     config.grpo.explore, config.grpo.seed,
-                                     config.grpo.explore_plans, config.grpo.subtask_weight,
-                                     config.grpo.explore_subtasks, config.grpo.generations,
-                                     launch.rank)
+    if job.rollout.recursion is not None:
+        rollout = RecursionRollout(job.scorer, job.rollout, settings, tokenizer, job.rows,
+                                   job.grammars)
+    elif job.grammars is not None:
+        rollout = ConstrainedRollout(job.grammars, tokenizer, job.rows, job.rollout)
     if rollout is not None:  # TRL's rollout_func is marked experimental; podium pins its TRL
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     quiet_unscorable_warning()
     trainer = grpo_trainer_class()  # TRL's, skipping completions with no advantage
-    plan.trainer = trainer(model=model, reward_funcs=[reward], args=args,
-                           train_dataset=Dataset.from_list(rows), rollout_func=rollout,
-                           processing_class=tokenizer, callbacks=_callbacks(plan))
-    started = plan.trainer.accelerator.num_processes
+    job.trainer = trainer(model=model, reward_funcs=[reward], args=args,
+                          train_dataset=Dataset.from_list(
+                              [row.columns(i) for i, row in enumerate(job.rows)]),
+                          rollout_func=rollout_func(rollout) if rollout is not None else None,
+                          processing_class=tokenizer, callbacks=_callbacks(job),
+                          step_log=recorder)
+    started = TrlTrainer(job.trainer).processes
     if started != layout.processes and not dry_run:
         raise ConfigError(f"The launcher's variables say {layout.processes} process(es) and "
                           f"the training job has {started}: launch with torchrun or "
                           f"`accelerate launch` ({CPU_LAUNCH}).")
-    quiet_trl(plan.trainer, StepLines())  # one readable line a step, not TRL's dicts
-    if (held := build_heldout(plan)) is not None:
-        plan.heldout = HeldOutEvaluation(plan, held, config.heldout.every)
-        plan.trainer.add_callback(plan.heldout)
+    quiet_trl(job.trainer, StepLines())  # one readable line a step, not TRL's dicts
+    if (held := build_heldout(job)) is not None:
+        job.heldout = HeldOutEvaluation(job, held, config.heldout.every)
+        job.trainer.add_callback(job.heldout)
     # under ZeRO-3 a parameter holds its shard (often nothing) and `ds_numel` its full size
     params = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
-    plan.lines.insert(1, f"policy      {config.model.path} ({params / 1e6:.1f}M parameters, "
-                         f"{next(model.parameters()).dtype})")
-    return plan
+    job.lines.insert(1, f"policy      {config.model.path} ({params / 1e6:.1f}M parameters, "
+                        f"{next(model.parameters()).dtype})")
+    return job
 
 
 UNSCORABLE = "All reward functions returned None"
@@ -272,74 +276,74 @@ def quiet_unscorable_warning() -> None:
         logger.addFilter(_counted_elsewhere)
 
 
-def _placeholder(pool: Pool, settings: RunSettings) -> dict[str, Any]:
+def _placeholder(pool: Pool, settings: RunSettings) -> Row:
     from podium.train.data import view_of
 
     question = "(placeholder: no training data on this machine)"
-    return {"messages": workflow_messages(question, view_of(pool, settings, []), settings),
-            "question": question, "task": "", "item": "", "workers": []}
+    return Row(workflow_messages(question, view_of(pool, settings, []), settings), question,
+               "", "")
 
 
 def needs_vllm(config: TrainConfig) -> None:
-    """Refuse `use_vllm` where vLLM is not installed, before the policy loads (TRL would raise
+    """Refuse `vllm.enabled` where vLLM is not installed, before the policy loads (TRL would raise
     a bare ImportError while building its trainer)."""
     import importlib.util
 
-    if config.grpo.use_vllm and importlib.util.find_spec("vllm") is None:
-        raise ConfigError("grpo.use_vllm = true generates the rollouts with vLLM, which is not "
+    if config.vllm.enabled and importlib.util.find_spec("vllm") is None:
+        raise ConfigError("vllm.enabled = true generates the rollouts with vLLM, which is not "
                           "installed in this environment: pip install 'podium[gpu]' on a GPU "
                           "machine (vLLM and DeepSpeed at versions that agree with the train "
                           "pins), or `make vllm-venv` for vLLM's CPU build; or set "
-                          "grpo.use_vllm = false")
+                          "vllm.enabled = false")
 
 
-def describe(plan: TrainingRun) -> list[str]:
-    c, g = plan.config, plan.config.grpo
+def describe(job: TrainingJob) -> list[str]:
+    c, g, r, v = job.config, job.config.grpo, job.config.rollout, job.config.vllm
     completions = g.questions_per_step * g.generations
     sub = c.subpool
-    epochs = g.max_steps * g.questions_per_step / max(len(plan.data.rows), 1)
+    epochs = g.max_steps * g.questions_per_step / max(len(job.data.rows), 1)
     return [
         f"config      {c.source}",
-        f"pool        {plan.pool.source}: " + ", ".join(
-            f"{i} {w.name}" for i, w in enumerate(plan.pool.workers)),
-        "data        " + ", ".join(f"{k} {v}" for k, v in plan.data.counts().items())
-        + f" = {len(plan.data.rows)} rows ({epochs:.2f} epochs)",
-        *(f"missing     {name}: {why}" for name, why in plan.data.missing.items()),
-        f"prompt      {plan.settings.prompt}, few-shots {plan.settings.fewshots}, at most "
-        f"{plan.settings.max_steps} steps, {plan.settings.access_mode} access",
+        f"pool        {job.pool.source}: " + ", ".join(
+            f"{i} {w.name}" for i, w in enumerate(job.pool.workers)),
+        "data        " + ", ".join(f"{k} {v}" for k, v in job.data.counts().items())
+        + f" = {len(job.data.rows)} rows ({epochs:.2f} epochs)",
+        *(f"missing     {name}: {why}" for name, why in job.data.missing.items()),
+        f"prompt      {job.settings.prompt}, few-shots {job.settings.fewshots}, at most "
+        f"{job.settings.max_steps} steps, {job.settings.access_mode} access",
         "sub-pools   " + (f"{sub.fraction:.0%} of rows, k {sub.k_min}..{sub.k_max or 'n'}, "
-                          f"ids {plan.settings.subpool_ids}" if sub.fraction else "none"),
-        "budgets     " + (_budget_line(c.budget, plan.settings, c.reward.over_budget)
+                          f"ids {job.settings.subpool_ids}" if sub.fraction else "none"),
+        "budgets     " + (_budget_line(c.budget, job.settings, c.reward.over_budget)
                           if c.budget.on else "none"),
         f"reward      {c.reward.scheme}, infra failures {c.reward.on_infra_failure}"
         + (f", cost weight {c.reward.cost_weight}" if c.reward.cost_weight else "")
         + (f", {c.reward.extra_call_penalty} off a right answer per extra call"
            if c.reward.extra_call_penalty else ""),
         "recursion   " + (f"{int(g.generations * c.recursion.fraction)} of {g.generations} "
-                          f"rollouts continue into round 1 ({plan.settings.recursion_template} "
+                          f"rollouts continue into round 1 ({job.settings.recursion_template} "
                           f"prompt), discount {c.recursion.discount}, "
                           f"{c.recursion.normalisation} normalisation"
                           if c.recursion.fraction else "none"),
         f"steps       {g.max_steps} x {g.questions_per_step} questions x {g.generations} "
         f"rollouts = {completions} completions/step",
-        f"layout      {plan.layout.line()}",
+        f"layout      {job.layout.line()}",
         f"optimiser   lr {g.learning_rate} {g.lr_scheduler}, warm-up "
         f"{g.warmup_ratio if g.warmup_steps is None else f'{g.warmup_steps} steps'}, "
         f"beta {g.beta}, clip {g.epsilon}, loss {g.loss_type}, T {g.temperature}, "
         f"completions <= {g.max_completion_tokens} tokens",
-        f"generation  {'vLLM ' + g.vllm_mode if g.use_vllm else 'transformers'}"
+        f"generation  {'vLLM ' + v.mode if v.enabled else 'transformers'}"
         + ((", each rollout under its own row's grammar (one SamplingParams per prompt)"
-            if g.vllm_mode == "colocate" else
+            if v.mode == "colocate" else
             ", each rollout under its own row's grammar (one request per distinct grammar)")
-           if g.constrained and g.use_vllm else
-           ", under the Conductor's grammar" if g.constrained else "")
-        + (", dead steps left out of the loss" if g.credit == "live" else "")
-        + (", dead steps and subtasks left out of the loss" if g.credit == "plan" else "")
-        + (f", {explored_count(g.explore, g.generations)} of {g.generations} rollouts a group on "
-           f"random {'live ' if g.explore_plans == 'live' else ''}plans "
-           f"{'with the question as subtasks ' if g.explore_subtasks == 'question' else ''}"
-           f"({'wrong ones dropped' if g.explore_wrong == 'drop' else 'all scored'})"
-           if g.explore else ""),
+           if r.constrained and v.enabled else
+           ", under the Conductor's grammar" if r.constrained else "")
+        + (", dead steps left out of the loss" if r.credit == "live" else "")
+        + (", dead steps and subtasks left out of the loss" if r.credit == "plan" else "")
+        + (f", {explored_count(r.explore, g.generations)} of {g.generations} rollouts a group on "
+           f"random {'live ' if r.explore_plans == 'live' else ''}plans "
+           f"{'with the question as subtasks ' if r.explore_subtasks == 'question' else ''}"
+           f"({'wrong ones dropped' if r.explore_wrong == 'drop' else 'all scored'})"
+           if r.explore else ""),
         "held-out    " + (f"{c.heldout.n or 'all'} {c.heldout.task} questions "
                           f"({c.heldout.split} split) every {c.heldout.every} steps, the best "
                           "step kept as best/" if c.heldout.task else "none"),
@@ -358,27 +362,29 @@ def train(config: TrainConfig, *, resume: bool = False,
         raise ConfigError(f"{out} holds a training run already (metrics.jsonl, checkpoint-N): "
                           "pass --resume to continue it, or train into a new folder "
                           "(--set output.dir=...), or delete it first.")
-    plan = build(config)
+    from podium.train.grpo import TrlTrainer
+
+    job = build(config)
+    main = TrlTrainer(job.trainer).is_main
     try:
-        if echo is not None and plan.trainer.accelerator.is_main_process:
-            echo(plan.lines)
-        checkpoint = (resume_point(out, main=plan.trainer.accelerator.is_main_process)
-                      if resume else None)
-        plan.trainer.train(resume_from_checkpoint=checkpoint)
+        if echo is not None and main:
+            echo(job.lines)
+        checkpoint = resume_point(out, main=main) if resume else None
+        job.trainer.train(resume_from_checkpoint=checkpoint)
         final = out / "final"
-        plan.trainer.save_model(str(final))
-        state = plan.trainer.state
+        job.trainer.save_model(str(final))
+        state = job.trainer.state
         if not state.is_world_process_zero:
             return final
-        plan.trainer.processing_class.save_pretrained(str(final))
+        job.trainer.processing_class.save_pretrained(str(final))
         (final / "training_args.bin").unlink(missing_ok=True)  # the model alone
         last: dict[str, Any] = next((h for h in reversed(state.log_history) if "reward" in h), {})
-        held = plan.heldout.card_fields() if plan.heldout is not None else {}
-        write_card(final, {**plan.card, "steps": state.global_step, "metrics": last, **held})
+        held = job.heldout.card_fields() if job.heldout is not None else {}
+        write_card(final, {**job.card, "steps": state.global_step, "metrics": last, **held})
         draw_curve(out)
         return final
     finally:
-        plan.close()
+        job.close()
 
 
 def resume_point(out: Path, *, main: bool = True) -> str:

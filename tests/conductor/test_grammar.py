@@ -131,7 +131,7 @@ def test_a_skeleton_with_subtasks_holds_them_too():
 def test_the_question_as_a_subtask_fits_the_grammar():
     """`explore_subtasks = "question"`: the question's lines while they fit, nothing the
     subtask string excludes, a capital first, at least the grammar's 10 characters."""
-    from podium.train.explore import question_subtask
+    from podium.train.rollout.explore import question_subtask
 
     gym = "Reverse the word 'eauog'.\nGive the final answer inside <answer></answer>."
     assert question_subtask(gym, 72) == "Reverse the word 'eauog'."

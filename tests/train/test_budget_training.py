@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -14,11 +15,14 @@ from podium.errors import ConfigError
 from podium.pipeline import Pipeline
 from podium.tasks.gym import GymTask
 from podium.train.config import BudgetSection, DataSection, RewardSection, SubpoolSection
-from podium.train.data import budget_of, build_data, draw_budget
+from podium.train.data import build_data, draw_budget
 from podium.train.gym import priced_pool_toml
 from podium.train.gym.priced import ACCURACY, PRICES
 from podium.train.heldout import heldout_budgets
+from podium.train.metrics import StepRecorder
 from podium.train.reward import ConductorReward
+from podium.train.rollout.settings import RolloutSettings
+from podium.train.score import Scorer
 from podium.workflow.types import Step, Workflow
 
 SPEC = BudgetSection(amounts=(0.001, 0.002, 0.004), price_scale=(0.5, 2.0), price_shuffle=1.0,
@@ -43,7 +47,7 @@ def test_each_row_draws_a_budget_and_a_price_list_that_keeps_the_held_back_order
     assert len(orders) > 4  # the rest of the order is shuffled
     scales = [sum(d.prices) / sum(PRICES.values()) for d in drawn]
     assert 0.5 <= min(scales) < 0.7 and 1.4 < max(scales) <= 2.0
-    assert budget_of("") is None
+    assert draw_budget(BudgetSection(), priced, rng) is None  # no [budget]: no budgets
     with pytest.raises(ConfigError, match="keep_order names \\['nobody'\\]"):
         draw_budget(SPEC.model_copy(update={"keep_order": (("nobody", "expert"),)}), priced,
                     random.Random(0))
@@ -65,8 +69,8 @@ def test_a_rows_prompt_shows_its_own_budget_and_prices(priced):
         "families": ["arithmetic", "reverse"]}, "n": 12}]), SubpoolSection(), priced, settings,
         budget=SPEC)
     for row in data.rows:
-        budget = budget_of(row["budget"])
-        shown = row["messages"][1]["content"].split("Models:\n", 1)[1].splitlines()
+        budget = row.budget
+        shown = row.messages[1]["content"].split("Models:\n", 1)[1].splitlines()
         assert shown[0] == f"Budget: ${budget.amount:.4g}"
         for i, price in enumerate(budget.prices):
             calls = min(2, int(budget.amount * (1 + 1e-9) // price))
@@ -79,10 +83,10 @@ def test_a_sub_pool_row_shows_its_own_workers_with_their_affordable_calls(priced
         "families": ["arithmetic", "reverse"]}, "n": 8}]),
         SubpoolSection(fraction=1.0, k_min=2, k_max=2, seed=3), priced, settings, budget=SPEC)
     for row in data.rows:
-        budget = budget_of(row["budget"])
-        lines = row["messages"][1]["content"].split("Models:\n", 1)[1].splitlines()[1:]
-        assert [int(line.split()[2].rstrip(":")) for line in lines] == row["workers"]
-        for line, w in zip(lines, row["workers"], strict=True):
+        budget = row.budget
+        lines = row.messages[1]["content"].split("Models:\n", 1)[1].splitlines()[1:]
+        assert tuple(int(line.split()[2].rstrip(":")) for line in lines) == row.workers
+        for line, w in zip(lines, row.workers, strict=True):
             assert line.endswith(f"{min(2, int(budget.amount * (1 + 1e-9) // budget.prices[w]))}"
                                  f" call{'' if line.endswith(' 1 call') else 's'}")
 
@@ -97,17 +101,17 @@ def test_a_plan_over_its_rows_budget_scores_as_wrong_or_zero(priced):
     expert = names.index("expert")
     plan = f'{expert}]\nsubtasks = ["Add"]\naccess_list = [[]]'  # right, at $0.004
 
-    async def go(spec: RewardSection, budget: str) -> list:
+    async def go(spec: RewardSection, budgeted: bool) -> list:
         async with Pipeline(priced, settings=settings) as pipe:
-            reward = ConductorReward(pipe, data, spec)
+            rows = [row if budgeted else replace(row, budget=None)]
+            reward = ConductorReward(Scorer(pipe), data, rows, spec, RolloutSettings(group=1),
+                                     StepRecorder())
             return await reward(prompts=[""], completions=[plan], completion_ids=[[1]],
-                                messages=[row["messages"]], question=[row["question"]],
-                                task=[row["task"]], item=[row["item"]], workers=[[]],
-                                budget=[budget])
+                                row=[0])
 
-    assert asyncio.run(go(RewardSection(), row["budget"])) == [0.5]
-    assert asyncio.run(go(RewardSection(over_budget="zero"), row["budget"])) == [0.0]
-    assert asyncio.run(go(RewardSection(), "")) == [1.0]  # no budget: right is right
+    assert asyncio.run(go(RewardSection(), True)) == [0.5]
+    assert asyncio.run(go(RewardSection(over_budget="zero"), True)) == [0.0]
+    assert asyncio.run(go(RewardSection(), False)) == [1.0]  # no budget: right is right
 
 
 def test_the_priced_workers_are_right_on_their_share_of_each_family(priced):
@@ -140,24 +144,26 @@ def test_held_rollouts_and_their_explored_plans_fit_each_rows_budget(priced, tok
     its own prices, and the plans exploration draws for it fit too."""
     pytest.importorskip("xgrammar")
     from podium.conductor.budget import plan_price
-    from podium.train.constrained import ConstrainedRollout, Grammars, GrammarSpec
-    from podium.train.explore import draw_skeletons
+    from podium.train.rollout.constrained import ConstrainedRollout
+    from podium.train.rollout.explore import draw_skeletons
+    from podium.train.rollout.grammars import Grammars, GrammarSpec
     from tests.conductor.test_grammar import accepts
 
     settings = priced.run.model_copy(update={"prompt": "compact-defined", "hold_budget": True})
     data = build_data(DataSection(tasks=[{"name": "gym", "options": {
         "families": ["arithmetic", "reverse"]}, "n": 16}]), SubpoolSection(), priced, settings,
         budget=SPEC)
-    rows = [{**r, "prompt": f"P{i}"} for i, r in enumerate(data.rows)]
+    rows = [replace(r, prompt=f"P{i}") for i, r in enumerate(data.rows)]
     grammars = Grammars(tokenizer, len(tokenizer), priced, settings)
-    rollout = ConstrainedRollout(grammars, tokenizer, rows, "plan", explore=0.5, group=4)
-    prompts = [r["prompt"] for r in rows for _ in range(4)]
+    rollout = ConstrainedRollout(grammars, tokenizer, rows, RolloutSettings(
+        group=4, credit="plan", explore=0.5))
+    prompts = [r.prompt for r in rows for _ in range(4)]
     skeletons = rollout.skeletons(prompts)
     assert sum(s is not None for s in skeletons) == len(rows) * 2
     one = '{}]\nsubtasks = ["Add them up"]\naccess_list = [[]]'
     seen = set()
     for prompt, skeleton in zip(prompts, skeletons, strict=True):
-        budget = budget_of(rollout.rows[prompt]["budget"])
+        budget = rollout.rows[prompt].budget
         limit, cheapest = budget.amount * (1 + 1e-9), min(budget.prices)
         broke = cheapest > limit  # no worker fits alone: one step of the cheapest
         seen.add(broke)
@@ -183,20 +189,17 @@ def test_a_held_recursion_round_is_held_to_what_its_first_plan_left(priced, toke
     pytest.importorskip("xgrammar")
     from podium.conductor.budget import RequestBudget
     from podium.train.config import RecursionSection
-    from podium.train.constrained import Grammars
-    from podium.train.data import budget_json
-    from podium.train.recursion import RecursionRollout
+    from podium.train.rollout.grammars import Grammars
+    from podium.train.rollout.recursion import RecursionRollout
+    from podium.train.rollout.row import Row
 
     settings = priced.run.model_copy(update={"prompt": "compact-defined", "hold_budget": True})
     grammars = Grammars(tokenizer, len(tokenizer), priced, settings)
-    asked = []
-    grammars.generate = lambda trainer, ids, specs: (asked.extend(specs), ([], None))[1]
     prices = (0.004, 0.001, 0.002, 0.001)
-    row = {"prompt": "P", "workers": [], "budget": budget_json(RequestBudget(0.004, prices))}
-    rollout = RecursionRollout(None, RecursionSection(fraction=0.5), settings, tokenizer, [row],
-                               grammars)
-    rollout._generate(None, [], [row], False)
-    rollout._generate(None, [], [row], True, [0.003])
+    row = Row([], "Q", "gym", "0", budget=RequestBudget(0.004, prices), prompt="P")
+    rollout = RecursionRollout(None, RolloutSettings(  # no scorer: only the grammars asked
+        group=2, recursion=RecursionSection(fraction=0.5)), settings, tokenizer, [row], grammars)
+    asked = [*rollout.specs([row], False), *rollout.specs([row], True, [0.003])]
     assert [s.budget.amount for s in asked] == pytest.approx([0.004, 0.001])
     assert [s.revise for s in asked] == [False, True]
     assert asked[1].budget.prices == prices

@@ -124,12 +124,12 @@ def test_step_credit_needs_grammar_held_single_round_rollouts(credit):
 
     base = {"data": {"tasks": [{"name": "gsm8k"}]}}
     with pytest.raises(ConfigError, match="constrained = true"):
-        train_config_from_dict({**base, "grpo": {"credit": credit}})
+        train_config_from_dict({**base, "rollout": {"credit": credit}})
     with pytest.raises(ConfigError, match="recursion.fraction = 0"):
-        train_config_from_dict({**base, "grpo": {"credit": credit, "constrained": True},
+        train_config_from_dict({**base, "rollout": {"credit": credit, "constrained": True},
                                 "recursion": {"fraction": 0.5}})
-    ok = train_config_from_dict({**base, "grpo": {"credit": credit, "constrained": True}})
-    assert ok.grpo.credit == credit
+    ok = train_config_from_dict({**base, "rollout": {"credit": credit, "constrained": True}})
+    assert ok.rollout.credit == credit
 
 
 def test_a_subtask_weight_needs_live_credit():
@@ -138,12 +138,12 @@ def test_a_subtask_weight_needs_live_credit():
 
     base = {"data": {"tasks": [{"name": "gsm8k"}]}}
     for credit in ("all", "plan"):
-        with pytest.raises(ConfigError, match="grpo.credit = 'live'"):
-            train_config_from_dict({**base, "grpo": {"credit": credit, "constrained": True,
+        with pytest.raises(ConfigError, match="rollout.credit = 'live'"):
+            train_config_from_dict({**base, "rollout": {"credit": credit, "constrained": True,
+                                                        "subtask_weight": 0.5}})
+    ok = train_config_from_dict({**base, "rollout": {"credit": "live", "constrained": True,
                                                      "subtask_weight": 0.5}})
-    ok = train_config_from_dict({**base, "grpo": {"credit": "live", "constrained": True,
-                                                  "subtask_weight": 0.5}})
-    assert ok.grpo.subtask_weight == 0.5
+    assert ok.rollout.subtask_weight == 0.5
 
 
 def every_prefix(tokenizer, ids):

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from podium.train.explore import count_skeletons, draw_skeletons, explored_indices
-from podium.train.layout import pieces_of
+from podium.train.rollout.explore import count_skeletons, draw_skeletons, explored_indices
+from podium.train.rollout.layout import pieces_of
 
 
 def test_every_skeleton_is_drawn_once_before_any_repeats():
@@ -56,20 +56,24 @@ def test_exploring_needs_grammar_held_single_round_rollouts():
 
     base = {"data": {"tasks": [{"name": "gsm8k"}]}}
     with pytest.raises(ConfigError, match="constrained = true"):
-        train_config_from_dict({**base, "grpo": {"explore": 0.5}})
+        train_config_from_dict({**base, "rollout": {"explore": 0.5}})
     with pytest.raises(ConfigError, match="recursion.fraction = 0"):
-        train_config_from_dict({**base, "grpo": {"explore": 0.5, "constrained": True},
+        train_config_from_dict({**base, "rollout": {"explore": 0.5, "constrained": True},
                                 "recursion": {"fraction": 0.5}})
     with pytest.raises(ConfigError, match="at least 1/8"):
-        train_config_from_dict({**base, "grpo": {"explore": 0.05, "constrained": True,
-                                                 "generations": 8}})
+        train_config_from_dict({**base, "rollout": {"explore": 0.05, "constrained": True},
+                                "grpo": {"generations": 8}})
     for share in (1 / 8, 0.0625):  # a half rounds up: 0.0625 x 8 is one exploring rollout
-        train_config_from_dict({**base, "grpo": {"explore": share, "constrained": True,
-                                                 "generations": 8}})
-    ok = train_config_from_dict({**base, "grpo": {"explore": 0.5, "constrained": True}})
-    assert ok.grpo.explore == 0.5 and ok.grpo.explore_subtasks == "policy"
-    with pytest.raises(ConfigError, match="set grpo.explore"):
-        train_config_from_dict({**base, "grpo": {"explore_subtasks": "question"}})
+        train_config_from_dict({**base, "rollout": {"explore": share, "constrained": True},
+                                "grpo": {"generations": 8}})
+    ok = train_config_from_dict({**base, "rollout": {"explore": 0.5, "constrained": True}})
+    assert ok.rollout.explore == 0.5 and ok.rollout.explore_subtasks == "policy"
+    # a rollout key under [grpo] is refused, naming where it is written
+    with pytest.raises(ConfigError, match=r"grpo.explore is not a \[grpo\] key: write it as "
+                                          r"rollout.explore \(in the \[rollout\] section\)"):
+        train_config_from_dict({**base, "grpo": {"explore": 0.5, "constrained": True}})
+    with pytest.raises(ConfigError, match="set rollout.explore"):
+        train_config_from_dict({**base, "rollout": {"explore_subtasks": "question"}})
 
 
 def test_a_drawn_plan_with_the_question_as_subtasks_is_written_as_its_grammar_admits(tokenizer):
@@ -84,14 +88,17 @@ def test_a_drawn_plan_with_the_question_as_subtasks_is_written_as_its_grammar_ad
     xgr = pytest.importorskip("xgrammar")
     from podium.conductor import grammar_for
     from podium.config import RunSettings
-    from podium.train.constrained import ConstrainedRollout
-    from podium.train.explore import question_subtask
+    from podium.train.rollout.constrained import ConstrainedRollout
+    from podium.train.rollout.explore import question_subtask
+    from podium.train.rollout.row import Row
+    from podium.train.rollout.settings import RolloutSettings
 
     question = "Reverse the word 'eauog'.\nGive the final answer inside <answer></answer>."
     settings = RunSettings(prompt="compact-defined", max_steps=2, max_subtask_chars=72)
-    rows = [{"prompt": "P", "question": question, "workers": [0, 1, 2]}]
-    rollout = ConstrainedRollout(SimpleNamespace(settings=settings), tokenizer, rows, "live",
-                                 0.5, explore_subtasks="question")
+    rows = [Row([], question, "gym", "0", (0, 1, 2), prompt="P")]
+    rollout = ConstrainedRollout(SimpleNamespace(settings=settings), tokenizer, rows,
+                                 RolloutSettings(group=0, credit="live", explore=0.5,
+                                                 explore_subtasks="question"))
     skeleton = ((2, 0), ("[]", "all"))
     written = rollout.written("P", skeleton, 128)
     assert written[-1] == tokenizer.eos_token_id

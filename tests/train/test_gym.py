@@ -19,7 +19,6 @@ from podium.config import load_pool
 from podium.outcome import grade_outcome
 from podium.pipeline import Pipeline
 from podium.tasks import get_task
-from podium.train.explore import question_subtask
 from podium.train.gym import (
     CHAINED,
     FAMILIES,
@@ -28,6 +27,7 @@ from podium.train.gym import (
     optimal_plan,
     pool_toml,
 )
+from podium.train.rollout.explore import question_subtask
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = get_task("gym", split_size=70)
@@ -145,24 +145,30 @@ def test_the_gym_pool_files_and_an_eval_on_the_gym(tmp_path):
     assert summary["graded"] == 7 and 0 < summary["accuracy"] < 1  # arithmetic only
 
 
-def test_a_grammar_held_gym_run_and_its_conductor_under_the_same_grammar(tmp_path, monkeypatch):
+def test_a_grammar_held_gym_run_and_its_conductor_under_the_same_grammar(tmp_path, monkeypatch,
+                                                                         tokenizer):
     """One GRPO step on the gym with rollouts held to the workflow grammar, half of them on
-    plans drawn at random (`grpo.explore`) with the question as their subtasks
-    (`grpo.explore_subtasks`): every rollout is a valid workflow, the explored ones on distinct
+    plans drawn at random (`rollout.explore`) with the question as their subtasks
+    (`rollout.explore_subtasks`): every rollout is a valid workflow, the explored ones on distinct
     plans with the question (cut to the recipe's 12 characters) at every step; the
     checkpoint's card says so, and `--conductor` runs it under the grammar too, so its answer
-    to a held-out question is a valid workflow as well."""
+    to a held-out question is a valid workflow as well. The policy is the tiny Llama: the
+    grammar, not the policy, makes every workflow valid."""
     pytest.importorskip("trl")
+    from support import tiny_llama
     from typer.testing import CliRunner
 
+    import podium.train.model as model_module
     from podium.cli.main import app
 
+    monkeypatch.setattr(model_module, "load_policy",
+                        lambda *a, **k: (tiny_llama(tokenizer), tokenizer))
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     args = ["train", "--config", str(ROOT / "configs" / "train" / "gym-cpu.toml"),
             "--set", "grpo.max_steps=1", "--set", "grpo.generations=4",
             "--set", "grpo.questions_per_step=1", "--set", f"output.dir={out}",
-            "--set", "grpo.explore=0.5", "--set", "grpo.explore_subtasks=question",
+            "--set", "rollout.explore=0.5", "--set", "rollout.explore_subtasks=question",
             "--set", "output.transcripts_per_step=4", "--set", "heldout.n=3"]
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output

@@ -7,7 +7,7 @@ import pytest
 
 from podium.errors import ConfigError
 from podium.train.config import train_config_from_dict
-from podium.train.layout import Launch, check, layout_of
+from podium.train.rollout.layout import Launch, check, layout_of
 
 
 def config(**sections):

@@ -31,7 +31,7 @@ def test_every_recipe_builds_under_dry_run(recipe, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     result = CliRunner().invoke(app, [
         "train", "--config", str(recipe), "--dry-run", "--set", "model.path=smollm2",
-        "--set", "grpo.use_vllm=false", "--set", f"output.dir={tmp_path / 'out'}",
+        "--set", "vllm.enabled=false", "--set", f"output.dir={tmp_path / 'out'}",
     ], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     out = result.stdout
@@ -67,6 +67,7 @@ def test_docs_list_every_training_key_with_its_meaning():
                 "[reward]": c.RewardSection, "[budget]": c.BudgetSection,
                 "[subpool]": c.SubpoolSection,
                 "[recursion]": c.RecursionSection, "[grpo]": c.GRPOSection,
+                "[rollout]": c.RolloutSection, "[vllm]": c.VllmSection,
                 "[heldout]": c.HeldOutSection, "[output]": c.OutputSection}
     for label, cls in sections.items():
         rows = {line.split("`")[1]: line for line in tables[label]}

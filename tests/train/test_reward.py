@@ -6,6 +6,7 @@ import asyncio
 import importlib.util
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,14 +18,19 @@ from podium.pipeline import Pipeline
 from podium.scoring.base import Grade
 from podium.train.config import (
     RewardSection,
+    RolloutSection,
     SubpoolSection,
+    VllmSection,
     apply_overrides,
     load_train_config,
     train_config_from_dict,
 )
 from podium.train.data import build_data, view_of
+from podium.train.metrics import StepRecorder
 from podium.train.reward import ConductorReward, reward_of
-from podium.train.rollout_info import RolloutInfo
+from podium.train.rollout.row import RolloutInfo, Row
+from podium.train.rollout.settings import RolloutSettings
+from podium.train.score import Scorer
 
 POOL = pool_from_dict({  # the Conductor is never called: the policy writes the completions
     "conductor": {"backend": "function", "function": "podium.testing.workers:zero"},
@@ -81,21 +87,21 @@ def data_with(tmp_path: Path, subpool: SubpoolSection, settings=None):
 
 
 def shown_ids(row) -> list[int]:
-    return [int(i) for i in re.findall(r"Model id (\d+)", row["messages"][1]["content"])]
+    return [int(i) for i in re.findall(r"Model id (\d+)", row.messages[1]["content"])]
 
 
 def test_sub_pools_are_sampled_stored_and_shown(tmp_path):
     spec = SubpoolSection(fraction=0.5, k_min=1, k_max=2, seed=3)
     data = data_with(tmp_path, spec)
-    with_sub = [r for r in data.rows if r["workers"]]
+    with_sub = [r for r in data.rows if r.workers]
     assert 5 < len(with_sub) < 25  # about half
     for row in data.rows:
-        assert shown_ids(row) == (row["workers"] or [0, 1, 2])  # original ids by default
-        assert 1 <= len(row["workers"] or [0]) <= 2 or not row["workers"]
+        assert shown_ids(row) == list(row.workers or (0, 1, 2))  # original ids by default
+        assert 1 <= len(row.workers or (0,)) <= 2 or not row.workers
     again = data_with(tmp_path, spec)
-    assert [r["workers"] for r in again.rows] == [r["workers"] for r in data.rows]  # seeded
+    assert [r.workers for r in again.rows] == [r.workers for r in data.rows]  # seeded
     groups = SubpoolSection(fraction=1.0, groups={"closed": (0, 2)}, group_prob=1.0)
-    assert {tuple(r["workers"]) for r in data_with(tmp_path, groups).rows} == {(0, 2)}
+    assert {r.workers for r in data_with(tmp_path, groups).rows} == {(0, 2)}
 
 
 def test_reindexed_sub_pools_are_shown_as_0_to_k_minus_1(tmp_path):
@@ -103,29 +109,34 @@ def test_reindexed_sub_pools_are_shown_as_0_to_k_minus_1(tmp_path):
     data = data_with(tmp_path, SubpoolSection(fraction=1.0, k_min=2, k_max=2, seed=1), settings)
     for row in data.rows:
         assert shown_ids(row) == [0, 1]
-        view = view_of(POOL, settings, row["workers"])
-        assert view.pool_indices() == row["workers"]
+        view = view_of(POOL, settings, row.workers)
+        assert view.pool_indices() == list(row.workers)
 
 
 def reward_for(tmp_path: Path, completions: list[str], workers: list[int],
-               spec: RewardSection | None = None, **kwargs) -> list:
+               spec: RewardSection | None = None, *, explore_wrong: str = "keep",
+               transcripts: Path | None = None, per_step: int = 2,
+               log_metric=None, **kwargs) -> tuple[list, Row]:
+    """The rewards of `completions` of the data's first row, shown `workers`, as TRL's call
+    hands them over (the `row` column, the rollout's `podium_rollout`); the step's log is
+    then published as the trainer publishes it."""
     data = data_with(tmp_path, SubpoolSection())
-    row = data.rows[0]
+    row = replace(data.rows[0], workers=tuple(workers))
+    recorder = StepRecorder(transcripts, per_step)
 
     async def go():
         async with Pipeline(POOL, settings=POOL.run.model_copy(update={"fallback": False})
                             ) as pipe:
-            reward = ConductorReward(pipe, data, spec or RewardSection(),
-                                     explore_wrong=kwargs.pop("explore_wrong", "keep"),
-                                     transcripts=kwargs.pop("transcripts", None),
-                                     per_step=kwargs.pop("per_step", 2))
+            reward = ConductorReward(Scorer(pipe), data, [row], spec or RewardSection(),
+                                     RolloutSettings(group=len(completions),
+                                                     explore_wrong=explore_wrong), recorder)
             n = len(completions)
             return await reward(prompts=[""] * n, completions=completions,
-                                completion_ids=[[1, 2]] * n, messages=[row["messages"]] * n,
-                                question=[row["question"]] * n, task=[row["task"]] * n,
-                                item=[row["item"]] * n, workers=[workers] * n, **kwargs)
+                                completion_ids=[[1, 2]] * n, row=[0] * n, **kwargs)
 
-    return asyncio.run(go()), row
+    rewards = asyncio.run(go())
+    recorder.publish(log_metric=log_metric)
+    return rewards, row
 
 
 def test_the_reward_runs_each_rollout_and_an_out_of_view_id_is_a_format_error(tmp_path):
@@ -161,7 +172,7 @@ def explored(*flags: bool) -> list[RolloutInfo]:
 
 
 def test_wrong_explored_rollouts_are_unscorable_or_kept(tmp_path):
-    """`grpo.explore_wrong = "drop"`: a drawn plan teaches only by succeeding; the policy's
+    """`rollout.explore_wrong = "drop"`: a drawn plan teaches only by succeeding; the policy's
     own rollouts are scored as ever. The metrics count the policy's rollouts and the explored
     ones apart."""
     right, wrong = ('model_id = [1]\nsubtasks = ["Add"]\naccess_list = [[]]',
@@ -214,8 +225,8 @@ def test_config_rejects_unknown_keys_and_takes_overrides(tmp_path):
 
 
 def test_recursion_layout_blend_and_per_round_normalisation():
-    from podium.train.layout import pieces_of
-    from podium.train.recursion import blend, layout, per_round
+    from podium.train.rollout.layout import pieces_of
+    from podium.train.rollout.recursion import blend, layout, per_round
 
     prompts = ["a"] * 4 + ["b"] * 4
     first, second = layout(pieces_of(prompts, 4), 0.5)  # two groups of 4: 2 + 2 each
@@ -281,7 +292,7 @@ def test_grammar_held_rollouts_with_vllm_generation_say_how_each_row_keeps_its_g
     from podium.train.trainer import build
 
     config = load_train_config("configs/train/gym-cpu.toml", [
-        "grpo.use_vllm=true", f"grpo.vllm_mode={mode}", f"output.dir={tmp_path / 'out'}"])
+        "vllm.enabled=true", f"vllm.mode={mode}", f"output.dir={tmp_path / 'out'}"])
     said = " ".join(build(config, make_trainer=False, dry_run=True).lines)
     how = "one SamplingParams per prompt" if mode == "colocate" else "one request per distinct"
     assert f"vLLM {mode}, each rollout under its own row's grammar ({how}" in said, said
@@ -293,10 +304,10 @@ def test_the_importance_sampling_correction_is_refused_for_grammar_held_vllm_rol
     with pytest.raises(ConfigError, match=r"masked distribution.*importance_sampling_correction "
                                           r"= false.*constrained = false"):
         load_train_config("configs/train/gym-cpu.toml", [
-            "grpo.use_vllm=true", "grpo.importance_sampling_correction=true"])
+            "vllm.enabled=true", "vllm.importance_sampling_correction=true"])
     load_train_config("configs/train/gym-cpu.toml", [  # unconstrained: TRL's correction holds
-        "grpo.use_vllm=true", "grpo.importance_sampling_correction=true",
-        "grpo.constrained=false", "grpo.explore=0", "grpo.credit=all"])
+        "vllm.enabled=true", "vllm.importance_sampling_correction=true",
+        "rollout.constrained=false", "rollout.explore=0", "rollout.credit=all"])
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
@@ -309,7 +320,23 @@ def test_vllm_generation_without_vllm_is_refused_naming_the_install_line(tmp_pat
 
     result = CliRunner().invoke(app, [
         "train", "--config", "configs/train/gym-cpu.toml", "--dry-run",
-        "--set", "grpo.use_vllm=true", "--set", f"output.dir={tmp_path / 'out'}"])
+        "--set", "vllm.enabled=true", "--set", f"output.dir={tmp_path / 'out'}"])
     assert result.exit_code == 2, result.output
     said = " ".join(result.output.split())
-    assert "pip install 'podium[gpu]'" in said and "grpo.use_vllm = false" in said, said
+    assert "pip install 'podium[gpu]'" in said and "vllm.enabled = false" in said, said
+
+
+@pytest.mark.parametrize("key", ["constrained", "credit", "subtask_weight", "explore",
+                                 "explore_plans", "explore_subtasks", "explore_wrong",
+                                 "use_vllm", "vllm_mode", "vllm_server_base_url",
+                                 "vllm_gpu_memory_utilization",
+                                 "importance_sampling_correction"])
+def test_a_rollout_or_vllm_key_under_grpo_is_refused_naming_its_place(key):
+    """[grpo] holds TRL's keys; podium's rollout keys are [rollout]'s and vLLM's [vllm]'s."""
+    from podium.train.config import MOVED
+
+    section, name = MOVED[key].split(".")
+    with pytest.raises(ConfigError, match=rf"grpo\.{key} is not a \[grpo\] key: write it as "
+                                          rf"{section}\.{name} \(in the \[{section}\] section\)"):
+        train_config_from_dict({"data": {"tasks": [{"name": "gsm8k"}]}, "grpo": {key: 1}})
+    assert name in {"rollout": RolloutSection, "vllm": VllmSection}[section].model_fields

@@ -7,7 +7,8 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from podium.train.vllm_rollout import by_grammar, request_all, sampling
+from podium.train.grpo import vllm_sampling
+from podium.train.rollout.vllm import by_grammar, request_all
 
 
 class RecordingServer:
@@ -64,6 +65,6 @@ def test_the_sampling_is_trls_with_its_extra_fields_but_never_its_batch_pattern(
     gen = SimpleNamespace(repetition_penalty=1.1, temperature=0.7, top_p=0.9, top_k=5,
                           min_p=None, max_completion_length=64, logprobs=0,
                           generation_kwargs={"seed": 3, "structured_outputs": {"regex": "x"}})
-    assert sampling(gen) == {"n": 1, "repetition_penalty": 1.1, "temperature": 0.7,
+    assert vllm_sampling(gen) == {"n": 1, "repetition_penalty": 1.1, "temperature": 0.7,
                              "top_p": 0.9, "top_k": 5, "min_p": 0.0, "max_tokens": 64,
                              "logprobs": 0, "seed": 3}

@@ -13,7 +13,7 @@ so a worker's accuracy on a set of questions is exact and the same on every run;
 has the right shape (a number off by a little, the word with two letters swapped), never an
 error. The best plan for a question therefore depends on its budget: at $0.001 its family's
 cheap specialist (50%), at $0.002 the generalist (80%), at $0.004 the expert (100%); no single
-routing rule is best at two of these budgets (`benchmarks/gym_budget.py` computes every fixed
+routing rule is best at two of these budgets (`experiments/gym_budget.py` computes every fixed
 policy's accuracy exactly). The workers read the question (`question` mode).
 
     python -m podium.train.gym pool --priced [--seed 3] > gym-priced.toml

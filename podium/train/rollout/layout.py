@@ -13,7 +13,7 @@ exact whatever the cut; what works on a process's own rows must work on pieces:
   `fraction` x piece rollouts continue the first ones), so every piece needs a whole number of
   pairs, and `normalisation = "per_round"` (which standardises each round over the whole
   group inside the reward) needs whole groups;
-* explored plans (`[grpo] explore`) are drawn per piece, `explore` x piece rollouts of each,
+* explored plans (`[rollout] explore`) are drawn per piece, `explore` x piece rollouts of each,
   distinct within the piece.
 
 `layout_of` reads the layout from the config and the launch (or from `grpo.processes` in a dry

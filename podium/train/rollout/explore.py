@@ -8,7 +8,7 @@ three choices at once (the right first id, the right second id, the second step 
 first), which the untrained policy rarely samples together (none of 48 rollouts on the gym's
 seed 5).
 
-With `[grpo] explore = f`, a share f of each group's rollouts is sampled under a grammar that
+With `[rollout] explore = f`, a share f of each group's rollouts is sampled under a grammar that
 holds the plan's *skeleton* (its worker ids and access values) to one drawn uniformly from
 every skeleton the pool admits, distinct within the group; the subtasks are still the policy's
 own. Every id then appears in every group whatever the policy prefers, so a group keeps reward
@@ -16,16 +16,16 @@ spread until the policy has learned which plan each question needs, and the righ
 chained question is tried about once in every 21 / (f x G) groups on the gym (21 skeletons of
 one or two steps over three ids; 12 with `explore_plans = "live"`, below). The loss is TRL's,
 on the tokens sampled: a drawn plan that pays is pushed up under the policy's own
-probabilities. One that does not is left out of the loss (`[grpo] explore_wrong = "drop"`, the
+probabilities. One that does not is left out of the loss (`[rollout] explore_wrong = "drop"`, the
 default; the reward makes it unscorable), or pushed down like any other rollout (`"keep"`).
 
-With `[grpo] explore_plans = "live"` (the default) only plans in which every step reaches the
+With `[rollout] explore_plans = "live"` (the default) only plans in which every step reaches the
 answer are drawn: a step the last step does not see (a last step with access []) cannot change
 the answer, so a plan with one is a shorter plan with a wasted call. On the gym that leaves 12
 skeletons (3 one-step plans, 9 id pairs whose second step sees the first), and the chained
 question's plan is drawn about once in 12 / (f x G) groups; `"all"` draws from all 21.
 
-With `[grpo] explore_subtasks = "question"` the drawn plans' subtasks are held too: every step
+With `[rollout] explore_subtasks = "question"` the drawn plans' subtasks are held too: every step
 gets the question itself (`question_subtask`: its first lines, as much as fits in
 `max_subtask_chars`), the instruction that makes a worker who sees only its subtask behave as
 one who sees the question. That is for workers that read only their subtask (the gym's subtask
@@ -94,7 +94,7 @@ def explored_count(share: float, group: int) -> int:
 
 
 def explored_indices(pieces: Sequence[tuple[int, int]], share: float) -> list[list[int]]:
-    """Which rollouts of each piece of a group (`podium.train.layout.pieces_of`: the group, or
+    """Which rollouts of each piece of a group (`podium.train.rollout.layout.pieces_of`: the group, or
     the part of it one process holds) explore: the first `explored_count` of the piece."""
     return [list(range(start, start + explored_count(share, length)))
             for start, length in pieces]

@@ -2,16 +2,17 @@
 
 TRL's vLLM generation takes one `structured_outputs_regex` for the whole batch, but podium's
 grammars differ per row (the ids a row's Conductor sees, the step limit, the recursion round,
-an explored skeleton). This module generates through the vLLM engine TRL already built for
-the trainer (`trainer.vllm_generation`, with TRL's own weight sync before each step) and
-hands vLLM each rollout's GBNF grammar:
+an explored skeleton). The trainer's vLLM (the engine or client TRL already built, with TRL's
+own weight sync before each step; `podium.train.grpo.TrlTrainer.sample_vllm` reads it off the
+trainer and calls these) gets each rollout's GBNF grammar:
 
 - **colocate** (`vllm_mode = "colocate"`): one `vllm.LLM.generate` call per step with one
   `SamplingParams` per prompt, each carrying its grammar.
 - **server** (`vllm_mode = "server"`, a `trl vllm-serve`): the main process gathers every
   process's prompts, sends one `/v1/completions` request per distinct grammar (all of them at
   once; rows that share a grammar share a request, so a step whose rows all see the same pool
-  is one request), and broadcasts each process its slice, as TRL's own server path does.
+  is one request; `request_all`), and broadcasts each process its slice, as TRL's own server
+  path does.
 
 Both return the sampled tokens' log-probabilities (`logprobs = 0`: the sampled token's only),
 as TRL's rollout interface asks. They are vLLM's processed log-probabilities: after temperature
@@ -22,6 +23,7 @@ grammar-held rollouts (docs/training.md has the measured ratios).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,23 +31,6 @@ Completions = tuple[list[list[int]], list[list[float | None]] | None]
 # the sampling fields TRL's VLLMClient.generate takes by name; the rest go in generation_kwargs
 CLIENT_FIELDS = ("n", "repetition_penalty", "temperature", "top_p", "top_k", "min_p",
                  "max_tokens", "logprobs")
-
-
-def sampling(gen: Any) -> dict[str, Any]:
-    """The sampling settings TRL gave its vLLM generation, as vLLM's SamplingParams fields."""
-    out = {
-        "n": 1,
-        "repetition_penalty": gen.repetition_penalty,
-        "temperature": gen.temperature,
-        "top_p": gen.top_p,
-        "top_k": gen.top_k,
-        "min_p": 0.0 if gen.min_p is None else gen.min_p,
-        "max_tokens": gen.max_completion_length,
-        "logprobs": gen.logprobs,
-    }
-    out.update({k: v for k, v in (gen.generation_kwargs or {}).items()
-                if k != "structured_outputs"})
-    return out
 
 
 def first_logprobs(logprobs: list[list[list[float | None]]] | None
@@ -57,31 +42,17 @@ def first_logprobs(logprobs: list[list[list[float | None]]] | None
     return [[lp[0] for lp in seq] for seq in logprobs]
 
 
-def generate(trainer: Any, prompt_ids: list[list[int]], grammars: list[str]) -> Completions:
-    """Completions for `prompt_ids`, the i-th held to the GBNF grammar `grammars[i]`, by the
-    trainer's vLLM (colocate or server). Returns (completion ids, sampled-token logprobs)."""
-    gen = trainer.vllm_generation
-    if gen.mode == "colocate":
-        return colocate(gen, prompt_ids, grammars)
-    return server(gen, trainer.accelerator, prompt_ids, grammars)
-
-
-def colocate(gen: Any, prompt_ids: list[list[int]], grammars: list[str]) -> Completions:
-    """This process's vLLM engine, one SamplingParams (and so one grammar) per prompt."""
-    from trl.generation.vllm_generation import extract_logprobs
+def colocate(llm: Any, base: dict[str, Any], prompt_ids: list[list[int]], grammars: list[str],
+             extract_logprobs: Callable[[Any], tuple[Any, Any]]) -> Completions:
+    """A vLLM engine (`vllm.LLM`) with the sampling fields `base`, one SamplingParams (and so
+    one grammar) per prompt; `extract_logprobs` reads the outputs' log-probabilities (TRL's)."""
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
-    base = sampling(gen)
     params = [SamplingParams(**base, structured_outputs=StructuredOutputsParams(grammar=g))
               for g in grammars]
-    if gen.enable_sleep_mode:
-        gen.llm.wake_up(tags=["kv_cache"])
-    outputs = gen.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids],
+    outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids],
                                sampling_params=params, use_tqdm=False)
-    if gen.enable_sleep_mode:
-        gen.llm.sleep(level=2)
-        gen._llm_weights_sleeping = True  # TRL re-pushes the weights before the next step
     completions = [list(out.outputs[0].token_ids) for out in outputs]
     logprobs, _ = extract_logprobs(outputs)
     return completions, first_logprobs(logprobs)
@@ -121,21 +92,3 @@ def request_all(client: Any, base: dict[str, Any], prompt_ids: list[list[int]],
             elif logprobs is not None:
                 logprobs[i] = firsts[k]
     return completions, logprobs
-
-
-def server(gen: Any, accelerator: Any, prompt_ids: list[list[int]],
-           grammars: list[str]) -> Completions:
-    """A `trl vllm-serve` server: the main process asks for every process's rows and each
-    process keeps its slice (TRL's own server path, with a grammar per row)."""
-    from accelerate.utils import broadcast_object_list, gather_object
-
-    all_ids = gather_object(prompt_ids)
-    all_grammars = gather_object(grammars)
-    payload: list[Any] = [None]
-    if accelerator.is_main_process:
-        payload = [request_all(gen.vllm_client, sampling(gen), all_ids, all_grammars)]
-    broadcast_object_list(payload, from_process=0)
-    completions, logprobs = payload[0]
-    mine = slice(accelerator.process_index * len(prompt_ids),
-                 (accelerator.process_index + 1) * len(prompt_ids))
-    return completions[mine], (logprobs[mine] if logprobs is not None else None)
