@@ -54,8 +54,10 @@ gym: venv  # trains afresh: the previous run's folder is removed first
 		--conductor runs/train/gym-cpu/final --pool configs/pools/gym-small.toml --n 30 \
 		--repeats 1 --no-cache --out runs/eval/gym-cpu
 
+# Two workers (pytest-xdist), each test file on one of them, the files of the slowest tests
+# first (tests/conftest.py); --durations names the slowest, to keep the run under 6 minutes.
 test: venv
-	$(PY) -m pytest -q --durations=15  # the slowest tests, to keep the run near 6 minutes
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
 test-all: venv
 	$(PY) -m pytest -q -m "slow or not slow"

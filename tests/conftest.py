@@ -9,26 +9,48 @@ import sys
 import tempfile
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from support import free_port
 
 from podium.llm.embedded import bundled_gguf
 
+# Under `pytest -n N` (pytest-xdist, as `make test` runs), the files that hold the slowest tests
+# go out first, each file to one worker (`--dist loadfile`), so no worker is left with one of
+# them at the end while the other waits.
+SLOWEST_FIRST = (
+    "tests/train/test_gym.py", "tests/train/test_train.py", "tests/eval/test_eval.py",
+    "tests/integration/test_llama_server.py", "tests/train/test_distributed.py",
+    "tests/cli/test_ask.py", "tests/conductor/test_grammar.py", "tests/serve/test_serve_command.py",
+    "tests/scoring/test_code.py", "tests/integration/test_prefill_continuation.py",
+    "tests/hostile/test_checkpoints.py", "tests/conductor/test_budget.py",
+)
+
 
 def pytest_configure(config):
     """Keep the response cache of every test (and of subprocesses) out of the user's home; the
     bundled GGUF's trainable conversion is the one podium keeps there (its `models/` folder,
-    made once per machine, each conversion named by the GGUF's hash and complete or absent)."""
+    made once per machine, each conversion named by the GGUF's hash and complete or absent).
+    A pytest-xdist worker gets its own cache and its share of the cores for torch's threads."""
     from podium.train.model import models_dir
 
-    shared = models_dir()
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:  # N workers with a thread per core each would fight over the cores
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    shared = Path(os.path.realpath(models_dir()))  # a worker's: the controller's link, resolved
     os.environ["PODIUM_CACHE_DIR"] = cache = tempfile.mkdtemp(prefix="podium-test-cache-")
     try:
         shared.mkdir(parents=True, exist_ok=True)
     except OSError:  # a home that cannot be written: this session converts its own
         return
     os.symlink(shared, os.path.join(cache, "models"))
+
+
+def pytest_collection_modifyitems(config, items):
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        rank = {path: i for i, path in enumerate(SLOWEST_FIRST)}
+        items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from podium.testing.ports import free_port  # noqa: F401  (tests import it from here)
+
 PODIUM = [sys.executable, "-m", "podium.cli.main"]
 # A team of Python functions: a Conductor that sends the question to worker 0, the adder
 ADDER_POOL = """\
@@ -25,13 +27,6 @@ function = "podium.testing.workers:adder"
 """
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
               "all_proxy")  # the tests talk to localhost servers only: no proxy in between
-
-
-def free_port() -> int:
-    """A localhost port nothing listens on (bound once, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def podium(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
