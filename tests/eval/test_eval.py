@@ -143,21 +143,23 @@ max_tokens = 240
 name = "precise"
 backend = "embedded"
 temperature = 0.1
-max_tokens = 48
+max_tokens = 32
 [[workers]]
 name = "creative"
 backend = "embedded"
 temperature = 0.9
-max_tokens = 48
+max_tokens = 32
 [run]
 max_steps = 2
+fewshots = "short"
 cache = false
 """
 
 
 @needs_data
 def test_gsm8k_end_to_end_on_the_embedded_model(tmp_path):
-    """Three GSM8K items through the embedded Conductor and workers (short budgets, so fast)."""
+    """Three GSM8K items through the embedded Conductor and workers (short outputs and the
+    short few-shot set, so fast)."""
     pool = tmp_path / "embedded.toml"
     pool.write_text(SMALL_EMBEDDED_TEAM)
     out = tmp_path / "gsm8k"

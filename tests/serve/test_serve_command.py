@@ -9,11 +9,14 @@ import signal
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from serve_helpers import CliServer, sigterm_with_a_request_in_flight
+
+import podium
 
 KEY = "sk-serve-command-test-4d1e88"
 
@@ -87,10 +90,24 @@ def test_sigterm_past_the_grace_answers_what_it_cuts_short(pool_file, tmp_path):
     assert "Traceback" not in srv.log.read_text()
 
 
+def small_default_pool() -> str:
+    """The embedded default pool (podium/pools/default.toml) with shorter outputs: workers
+    write at most 32 tokens, the Conductor sees the short few-shot set and plans at most 2
+    steps. The same models, grammar and prefill; a run costs a third of the default's."""
+    text = (Path(podium.__file__).parent / "pools" / "default.toml").read_text()
+    text = text.replace("max_tokens = 128", "max_tokens = 32").replace("max_steps = 3",
+                                                                      "max_steps = 2")
+    assert text.count("max_tokens = 32") == 2 and "max_steps = 2" in text
+    return text + 'fewshots = "short"\n'
+
+
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):
     folder = tmp_path_factory.mktemp("serve-embedded")
-    srv = CliServer(["--no-auth", "--trace-dir", str(folder / "traces")], folder / "serve.log")
+    pool = folder / "pool.toml"
+    pool.write_text(small_default_pool())
+    srv = CliServer(["--no-auth", "--pool", str(pool), "--trace-dir", str(folder / "traces")],
+                    folder / "serve.log")
     srv.traces = folder / "traces"
     try:
         yield srv.wait(180)
