@@ -22,6 +22,7 @@ from support import podium, tiny_llama  # noqa: E402
 
 from podium.cli.main import app  # noqa: E402
 from podium.conductor.prompt import PROMPTS, ConductorPrompt  # noqa: E402
+from podium.testing.recipe import sums_pool, sums_recipe  # noqa: E402
 
 ROUTER = ConductorPrompt(
     name="router-test",
@@ -32,53 +33,6 @@ ROUTER = ConductorPrompt(
     recursion_prefill=PROMPTS["v1"].recursion_prefill,
 )
 
-POOL = """
-[conductor]
-backend = "embedded"
-
-[[workers]]
-name = "zero"
-backend = "function"
-function = "podium.testing.workers:{zero}"
-
-[[workers]]
-name = "adder"
-backend = "function"
-function = "podium.testing.workers:{adder}"
-
-[run]
-cache = false
-"""
-
-CONFIG = """
-[pool]
-file = "pool.toml"
-
-[[data.tasks]]
-name = "jsonl:{data}"
-split = "all"
-options = {{ grader = "numeric" }}
-
-[run]
-prompt = "router-test"
-fewshots = "none"
-max_steps = 1
-
-[grpo]
-max_steps = 2
-questions_per_step = 1
-generations = 4
-max_completion_tokens = 4
-learning_rate = 1e-4
-save_steps = 1
-temperature = 1.2
-
-[output]
-dir = "{out}"
-transcripts_per_step = 4
-"""
-
-
 @pytest.fixture(scope="module", autouse=True)
 def router_prompt():
     with pytest.MonkeyPatch.context() as mp:
@@ -87,13 +41,18 @@ def router_prompt():
 
 
 def setup(tmp_path: Path, zero: str = "zero", adder: str = "adder") -> Path:
-    data = tmp_path / "sums.jsonl"
-    data.write_text("".join(json.dumps({"question": f"What is {i} + {i + 3}?",
-                                        "answer": str(2 * i + 3)}) + "\n" for i in range(12)))
-    (tmp_path / "pool.toml").write_text(POOL.format(zero=zero, adder=adder))
-    config = tmp_path / "train.toml"
-    config.write_text(CONFIG.format(data=data, out=tmp_path / "out"))
-    return config
+    """The sums recipe (podium.testing.recipe): 12 questions, the router prompt, 2 steps of
+    one question x 4 rollouts, a checkpoint each step."""
+    return sums_recipe(
+        tmp_path, 12, zero=zero, adder=adder,
+        run='prompt = "router-test"\nfewshots = "none"\nmax_steps = 1',
+        grpo="""max_steps = 2
+questions_per_step = 1
+generations = 4
+max_completion_tokens = 4
+learning_rate = 1e-4
+save_steps = 1
+temperature = 1.2""", output="transcripts_per_step = 4")
 
 
 def podium_train(*args: str) -> str:
@@ -257,7 +216,7 @@ def test_the_trained_conductor_answers_with_its_pool_only(trained, monkeypatch):
     assert code == (0 if data["answer"] is not None else 1)
     assert data["used"]["calls"] >= 1
     swapped = trained / "swapped.toml"
-    swapped.write_text(POOL.format(zero="adder", adder="zero")
+    swapped.write_text(sums_pool(zero="adder", adder="zero")
                        .replace('name = "zero"', 'name = "tmp"')
                        .replace('name = "adder"', 'name = "zero"')
                        .replace('name = "tmp"', 'name = "adder"'))
