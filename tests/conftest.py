@@ -12,9 +12,16 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from support import free_port
 
-from podium.llm.embedded import bundled_gguf
+# The offline benchmark files of this machine: podium itself takes them only from --data-dir or
+# $PODIUM_DATA_DIR (set before `support` reads them, and inherited by every subprocess)
+_OFFLINE_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+if "PODIUM_DATA_DIR" not in os.environ and _OFFLINE_DATA.is_dir():
+    os.environ["PODIUM_DATA_DIR"] = str(_OFFLINE_DATA)
+
+from support import free_port  # noqa: E402
+
+from podium.llm.embedded import bundled_gguf  # noqa: E402
 
 # Under `pytest -n N` (pytest-xdist, as `make test` runs), the files that hold the slowest tests
 # go out first, each file to one worker (`--dist loadfile`), so no worker is left with one of

@@ -103,9 +103,9 @@ def _benchmark_data() -> Any:
         return None
 
 
-DATA = _benchmark_data()  # the offline benchmark files (../shared/data), or None
+DATA = _benchmark_data()  # the offline benchmark files ($PODIUM_DATA_DIR, conftest.py), or None
 needs_data = pytest.mark.skipif(
-    DATA is None, reason="no ../shared/data benchmark directory (or $PODIUM_DATA_DIR)")
+    DATA is None, reason="no offline benchmark folder ($PODIUM_DATA_DIR)")
 
 
 def tiny_llama(tokenizer, seed: int = 0):

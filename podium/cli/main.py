@@ -104,7 +104,7 @@ def eval_cmd(
                                "subsets and graders, comparable with the paper's Table 7."),
     seed: int = typer.Option(0, "--seed", help="Seed for the item sample."),
     data_dir: str = typer.Option(None, "--data-dir", help="Benchmark data folder (default "
-                                 "$PODIUM_DATA_DIR or ../shared/data)."),
+                                 "$PODIUM_DATA_DIR; docs/evaluation.md, \"Data\")."),
     path: str = typer.Option(None, "--path", help="The task's data file, where it takes one "
                              "(livecodebench, gpqa, rlpr)."),
     task_option: list[str] = typer.Option(None, "--task-option", "--option", help="A task "

@@ -1,6 +1,6 @@
 """AIME 2024 / 2025: 30 problems a year, each answer an integer from 0 to 999 (OOD, §11).
 
-Data: shared/data/aime/aime24.jsonl and aime25.jsonl (`{question, answer}`). The 2024 answers
+Data: $PODIUM_DATA_DIR/aime/aime24.jsonl and aime25.jsonl (`{question, answer}`). The 2024 answers
 are zero-padded strings ("025"), the 2025 ones are not ("70"); the gold is the integer and the
 file's text stays in `meta["answer_text"]`. The whole file is the test set.
 """

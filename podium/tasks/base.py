@@ -8,7 +8,6 @@ PAPER.md §7.1), and grades a final answer with a pure grader from `podium.scori
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -42,31 +41,24 @@ class Task(Protocol):
         ...
 
 
+LAYOUT = ("one folder per benchmark, as docs/evaluation.md (\"Data\") lays out: "
+          "gsm8k/test.jsonl, math500/test.jsonl, mmlu/test.jsonl, aime/aime24.jsonl, ...")
+
+
 def data_dir(explicit: str | Path | None = None) -> Path:
-    """Where benchmark files live: the explicit path, else $PODIUM_DATA_DIR, else
-    ../shared/data from the working directory or from the podium checkout. A path given
-    explicitly (argument or environment) must exist: scoring other data than was asked for
-    would be a silent wrong result."""
+    """Where benchmark files live: the explicit path (`--data-dir`), else $PODIUM_DATA_DIR.
+    Either must exist: scoring other data than was asked for would be a silent wrong result."""
     if explicit:
         path = Path(explicit).expanduser()
         if not path.is_dir():
             raise ConfigError(f"--data-dir {explicit}: no such folder. Give the folder that holds "
-                              "the benchmark files (see ../shared/data/README.md), or leave "
-                              "--data-dir out to use $PODIUM_DATA_DIR or ../shared/data.")
+                              f"the benchmark files ({LAYOUT}).")
         return path
     env = os.environ.get("PODIUM_DATA_DIR")
     if env:
         if not Path(env).expanduser().is_dir():
             raise ConfigError(f"PODIUM_DATA_DIR={env}: no such folder. Point it at the folder "
-                              "that holds the benchmark files, or unset it to use "
-                              "../shared/data.")
+                              f"that holds the benchmark files ({LAYOUT}).")
         return Path(env).expanduser()
-    candidates: Sequence[Path] = (
-        Path.cwd().parent / "shared" / "data",
-        Path(__file__).resolve().parents[2].parent / "shared" / "data",
-    )
-    for path in candidates:
-        if path.is_dir():
-            return path
-    raise ConfigError("No benchmark data directory found. Pass --data-dir DIR, set "
-                      "PODIUM_DATA_DIR, or put the data in ../shared/data.")
+    raise ConfigError(f"No benchmark data folder given. Pass --data-dir DIR or set "
+                      f"PODIUM_DATA_DIR to the folder that holds the benchmark files ({LAYOUT}).")

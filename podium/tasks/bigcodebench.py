@@ -1,6 +1,6 @@
 """BigCodeBench: 1,140 practical Python tasks checked by unittest classes (OOD, §11).
 
-Data: shared/data/bigcodebench/BigCodeBench.jsonl.gz (v0.1.0; `libs` is a Python-literal list
+Data: $PODIUM_DATA_DIR/bigcodebench/BigCodeBench.jsonl.gz (v0.1.0; `libs` is a Python-literal list
 in a string). Modes: "complete" shows `complete_prompt` (signature + docstring), "instruct"
 shows `instruct_prompt` (a prose description). Either way the model returns the complete,
 self-contained code; `grade_unittest` runs the item's `TestCases` in the sandbox.

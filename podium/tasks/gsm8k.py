@@ -1,6 +1,6 @@
 """GSM8K: grade-school word problems with an integer answer after "#### " in the solution.
 
-Data: shared/data/gsm8k/{train,test}.jsonl (`{question, answer}`). Split "test" is the test
+Data: $PODIUM_DATA_DIR/gsm8k/{train,test}.jsonl (`{question, answer}`). Split "test" is the test
 file, "train" the train file, "all" both. `path=` may name a folder holding the two files, or
 one JSONL file that then serves as the test split.
 """

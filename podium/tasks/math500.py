@@ -1,9 +1,9 @@
 """MATH-500: competition math with free-form LaTeX answers (PAPER.md §7.1, §7.3, §11).
 
-Data: shared/data/math500/test.jsonl (`{problem, solution, answer, subject, level, unique_id}`;
+Data: $PODIUM_DATA_DIR/math500/test.jsonl (`{problem, solution, answer, subject, level, unique_id}`;
 this copy also has `clean_answer`). The gold is `answer`, as in HuggingFaceH4/MATH-500.
 Splits are the reference 60/20/20 over the 500 problems in file order: "test" is the
-100-problem held-out split the paper evaluates on, "all" every problem. Caution: the shared copy
+100-problem held-out split the paper evaluates on, "all" every problem. Caution: the offline copy
 is not in HuggingFaceH4/MATH-500 order (its 371 rows without `raw_answer` come first, then the
 129 with it, each group in HF order), so its "test" split is not the reference's 100 problems;
 pass `path=` to a file in HF order to reproduce those.

@@ -1,6 +1,6 @@
 """MMLU: four-option multiple choice over 57 subjects (PAPER.md §7.1, §7.3, §11).
 
-Data: shared/data/mmlu/test.jsonl (`{question, answer_a..answer_d, correct_answer, topic}`,
+Data: $PODIUM_DATA_DIR/mmlu/test.jsonl (`{question, answer_a..answer_d, correct_answer, topic}`,
 14,042 rows). The file groups subjects in no particular order; items are put back in the order
 of `cais/mmlu` "all" (subjects alphabetically, file order within a subject), so ids
 (`mmlu/<subject>/<k>`) and the seeded subset do not depend on the copy's row order.

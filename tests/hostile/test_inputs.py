@@ -188,6 +188,15 @@ def test_a_podium_data_dir_that_does_not_exist_is_an_error(pool, tmp_path, cache
     assert_clean_error(proc, 2, "PODIUM_DATA_DIR")
 
 
+def test_no_data_folder_at_all_is_an_error_naming_both_ways(pool, tmp_path, cache_env):
+    """podium has no default data location: with neither --data-dir nor $PODIUM_DATA_DIR a
+    task that reads files says how to give one."""
+    proc = podium("eval", "--task", "gsm8k", "--n", "1", "--pool", str(pool), "--out",
+                  str(tmp_path / "o"), env={**cache_env, "PODIUM_DATA_DIR": ""})
+    assert_clean_error(proc, 2, "--data-dir", "PODIUM_DATA_DIR", "docs/evaluation.md")
+    assert not (tmp_path / "o").exists()
+
+
 def test_task_options_from_the_cli_reach_the_task(pool, tmp_path, cache_env):
     """grader=numeric accepts 5.0 for 5, the default exact grader does not."""
     data = tmp_path / "items.jsonl"

@@ -1,7 +1,7 @@
 """Benchmark tasks: loading, ids, splits, question formats and grading (code through the real
 sandbox) for every offline dataset, plus hand-made LiveCodeBench, GPQA, RLPR and generic files.
 
-Tests that read the offline benchmark files skip, saying so, when ../shared/data is absent.
+Tests that read the offline benchmark files skip, saying so, when no offline folder is given ($PODIUM_DATA_DIR; tests/conftest.py sets it).
 """
 
 from __future__ import annotations
