@@ -18,6 +18,9 @@ import pytest
 _OFFLINE_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 if "PODIUM_DATA_DIR" not in os.environ and _OFFLINE_DATA.is_dir():
     os.environ["PODIUM_DATA_DIR"] = str(_OFFLINE_DATA)
+# No test waits on the Hugging Face Hub: it is out of reach here, and a test that needs its
+# loading builds a cache of its own (tests/tasks/test_hub.py).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from support import free_port  # noqa: E402
 

@@ -1,8 +1,9 @@
 """What a benchmark task is: items, the question format, and a grader.
 
-A task loads `Item`s from a data path (deterministic splits with seeds, PAPER.md §8.1), formats
-each as the question the Conductor and workers see (answer tags and per-task instructions,
-PAPER.md §7.1), and grades a final answer with a pure grader from `podium.scoring`.
+A task loads `Item`s (from a file, or from the Hugging Face Hub: `podium.tasks.hub`;
+deterministic splits with seeds, PAPER.md §8.1), formats each as the question the Conductor and
+workers see (answer tags and per-task instructions, PAPER.md §7.1), and grades a final answer
+with a pure grader from `podium.scoring`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from podium.scoring.base import Grade
 
 @dataclass(frozen=True)
 class Item:
+    """One question of a task, with its reference answer (`gold`) and whatever else its
+    grader needs (`meta`)."""
+
     id: str  # stable across runs: results are keyed on it
     question: str  # the raw question (formatted by Task.format)
     gold: Any  # the reference answer, in the task's own form
@@ -26,6 +30,9 @@ class Item:
 
 @runtime_checkable
 class Task(Protocol):
+    """A benchmark: it loads items, formats a question and grades a final answer
+    (`podium.tasks.get_task` builds one by name)."""
+
     name: str
 
     def load(self, *, split: str = "test", n: int | None = None, seed: int = 0) -> list[Item]:
@@ -45,9 +52,10 @@ LAYOUT = ("one folder per benchmark, as docs/evaluation.md (\"Data\") lays out: 
           "gsm8k/test.jsonl, math500/test.jsonl, mmlu/test.jsonl, aime/aime24.jsonl, ...")
 
 
-def data_dir(explicit: str | Path | None = None) -> Path:
-    """Where benchmark files live: the explicit path (`--data-dir`), else $PODIUM_DATA_DIR.
-    Either must exist: scoring other data than was asked for would be a silent wrong result."""
+def data_dir(explicit: str | Path | None = None) -> Path | None:
+    """The folder of offline benchmark files: the explicit path (`--data-dir`), else
+    $PODIUM_DATA_DIR, else None (tasks then load from the Hugging Face Hub). A folder that is
+    given must exist: scoring other data than was asked for would be a silent wrong result."""
     if explicit:
         path = Path(explicit).expanduser()
         if not path.is_dir():
@@ -60,5 +68,4 @@ def data_dir(explicit: str | Path | None = None) -> Path:
             raise ConfigError(f"PODIUM_DATA_DIR={env}: no such folder. Point it at the folder "
                               f"that holds the benchmark files ({LAYOUT}).")
         return Path(env).expanduser()
-    raise ConfigError(f"No benchmark data folder given. Pass --data-dir DIR or set "
-                      f"PODIUM_DATA_DIR to the folder that holds the benchmark files ({LAYOUT}).")
+    return None

@@ -1,9 +1,11 @@
 """BigCodeBench: 1,140 practical Python tasks checked by unittest classes (OOD, §11).
 
-Data: $PODIUM_DATA_DIR/bigcodebench/BigCodeBench.jsonl.gz (v0.1.0; `libs` is a Python-literal list
-in a string). Modes: "complete" shows `complete_prompt` (signature + docstring), "instruct"
-shows `instruct_prompt` (a prose description). Either way the model returns the complete,
-self-contained code; `grade_unittest` runs the item's `TestCases` in the sandbox.
+Data: bigcode/bigcodebench (split "v0.1.0_hf") from the Hugging Face Hub, or
+bigcodebench/BigCodeBench.jsonl.gz under --data-dir / $PODIUM_DATA_DIR (v0.1.0, the same
+columns; `libs` is a Python-literal list in a string). Modes: "complete" shows
+`complete_prompt` (signature + docstring), "instruct" shows `instruct_prompt` (a prose
+description). Either way the model returns the complete, self-contained code;
+`grade_unittest` runs the item's `TestCases` in the sandbox.
 
 Many tasks need third-party libraries. A task whose `libs` (or the modules its prompt and tests
 import: `libs` is incomplete) are not all importable here stays in `load()` with
@@ -27,7 +29,9 @@ from podium.errors import ConfigError
 from podium.scoring.base import Grade, extract_answer
 from podium.tasks.base import Item
 from podium.tasks.common import TaskBase, compose, default_limits, no_answer, read_records
+from podium.tasks.hub import HubSource, Rows
 from podium.tasks.humaneval import program_from_answer
+from podium.tasks.sources import BIGCODEBENCH
 
 MODES = ("complete", "instruct")
 
@@ -116,10 +120,13 @@ class BigCodeBenchTask(TaskBase):
         self.name = self.name or ("bigcodebench" if self.mode == "complete"
                                   else "bigcodebench-instruct")
 
-    def read_items(self, path: Path) -> list[Item]:
+    def hub_source(self) -> HubSource:
+        return BIGCODEBENCH
+
+    def rows_to_items(self, rows: Rows, where: str | Path) -> list[Item]:
         wanted = read_subset(self.subset) if self.subset is not None else None
         items = []
-        for row in read_records(path):
+        for row in rows:
             if wanted is not None and row["task_id"] not in wanted:
                 continue
             libs = parse_libs(row.get("libs"))
@@ -135,7 +142,7 @@ class BigCodeBenchTask(TaskBase):
             ))
         if wanted is not None and len(items) != len(wanted):
             missing = sorted(wanted - {item.id for item in items})
-            raise ConfigError(f"bigcodebench: subset ids not in {path}: {missing[:5]}")
+            raise ConfigError(f"bigcodebench: subset ids not in {where}: {missing[:5]}")
         return items
 
     def skip_reason(self, item: Item) -> str | None:

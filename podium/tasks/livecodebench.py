@@ -1,13 +1,16 @@
 """LiveCodeBench: contest problems graded by hidden tests (PAPER.md §7.1, §7.3, §8.1, §11).
 
-Data (not available offline; pass `path=`): a `livecodebench/code_generation_lite` shard as
-JSONL/JSON (`question_title, question_content, platform, question_id, contest_date,
-starter_code, difficulty, public_test_cases, private_test_cases, metadata`). Test lists are
-JSON strings; `private_test_cases` may instead be compressed (base64 -> zlib -> pickle -> JSON
-string). Both forms are decoded at grading time, so loading a large shard stays cheap.
+Data: one release shard of livecodebench/code_generation_lite (`release="v6"`, the default, is
+test6.jsonl; "v1" is test.jsonl, the paper's `release_v1`; "v2".."v5" are test2..test5.jsonl)
+from the Hugging Face Hub (the file is read as JSON lines: `datasets` no longer runs the repo's
+loading script), or livecodebench/<that file> under --data-dir / $PODIUM_DATA_DIR, or `path=`
+(`question_title, question_content, platform, question_id, contest_date, starter_code,
+difficulty, public_test_cases, private_test_cases, metadata`). Test lists are JSON strings;
+`private_test_cases` may instead be compressed (base64 -> zlib -> pickle -> JSON string). Both
+forms are decoded at grading time, so loading a large shard stays cheap.
 
-Splits: the reference 60/20/20 over the shard (training used `release_v1`: 240/80/80); the
-paper's in-domain test is a whole shard (`release_v6`, split="all").
+Splits: the reference 60/20/20 over the shard (training used `release="v1"`: 240/80/80); the
+paper's in-domain test is the whole v6 shard (split="all").
 
 A problem is solved when every public and private test passes: "stdin" tests run the answer as
 a program (`grade_program_io`), "functional" tests call the method `metadata.func_name` of its
@@ -30,7 +33,9 @@ from typing import Any
 from podium.errors import ConfigError
 from podium.scoring.base import Grade, extract_answer
 from podium.tasks.base import Item
-from podium.tasks.common import TaskBase, compose, default_limits, no_answer, read_records
+from podium.tasks.common import TaskBase, compose, default_limits, no_answer
+from podium.tasks.hub import HubSource, Rows
+from podium.tasks.sources import livecodebench
 
 
 class _StringsOnly(pickle.Unpickler):
@@ -117,6 +122,7 @@ class Solution:
 
 
 LCB_LIMITS = {"wall_s": 6.0, "cpu_s": 6.0}  # the reference harness: 6 s per test
+RELEASES = {f"v{n}": f"test{n if n > 1 else ''}.jsonl" for n in range(1, 7)}  # shard -> file
 
 
 @dataclass(kw_only=True)
@@ -124,12 +130,25 @@ class LiveCodeBenchTask(TaskBase):
     name: str = "livecodebench"
     legacy_blacklist: bool = False
     limits: Any = None  # podium.scoring.sandbox.Limits, or a dict of its fields
+    release: str = "v6"
 
     holdout = True
 
-    def read_items(self, path: Path) -> list[Item]:
+    def __post_init__(self) -> None:
+        if self.release not in RELEASES:
+            raise ConfigError(f"livecodebench: release={self.release!r}; use one of "
+                              f"{', '.join(RELEASES)}")
+
+    @property
+    def default_file(self) -> str:  # type: ignore[override]
+        return f"livecodebench/{RELEASES[self.release]}"
+
+    def hub_source(self) -> HubSource:
+        return livecodebench(RELEASES[self.release])
+
+    def rows_to_items(self, rows: Rows, where: str | Path) -> list[Item]:
         items = []
-        for i, row in enumerate(read_records(path)):
+        for i, row in enumerate(rows):
             metadata = parse_metadata(row.get("metadata"))
             qid = str(row.get("question_id") or f"livecodebench/{i}")
             items.append(Item(

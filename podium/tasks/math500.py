@@ -1,12 +1,13 @@
 """MATH-500: competition math with free-form LaTeX answers (PAPER.md §7.1, §7.3, §11).
 
-Data: $PODIUM_DATA_DIR/math500/test.jsonl (`{problem, solution, answer, subject, level, unique_id}`;
-this copy also has `clean_answer`). The gold is `answer`, as in HuggingFaceH4/MATH-500.
+Data: HuggingFaceH4/MATH-500 from the Hugging Face Hub, or math500/test.jsonl under --data-dir /
+$PODIUM_DATA_DIR (`{problem, solution, answer, subject, level, unique_id}`; the offline copy
+also has `clean_answer`). The gold is `answer`; ids are `unique_id`.
 Splits are the reference 60/20/20 over the 500 problems in file order: "test" is the
 100-problem held-out split the paper evaluates on, "all" every problem. Caution: the offline copy
 is not in HuggingFaceH4/MATH-500 order (its 371 rows without `raw_answer` come first, then the
 129 with it, each group in HF order), so its "test" split is not the reference's 100 problems;
-pass `path=` to a file in HF order to reproduce those.
+load from the Hub (or pass `path=` to a file in HF order) to reproduce those.
 
 Grading (D19): `grading="symbolic"` (default) checks mathematical equivalence with a
 `MathVerifier` process pool the task creates on first use and releases in `close()`;
@@ -22,7 +23,9 @@ from typing import Any
 from podium.errors import ConfigError
 from podium.scoring.base import Grade
 from podium.tasks.base import Item
-from podium.tasks.common import TaskBase, compose, read_records
+from podium.tasks.common import TaskBase, compose
+from podium.tasks.hub import HubSource, Rows
+from podium.tasks.sources import MATH500
 
 GRADINGS = ("symbolic", "legacy")
 
@@ -47,9 +50,12 @@ class Math500Task(TaskBase):
         if self.grading not in GRADINGS:
             raise ConfigError(f"math500: grading={self.grading!r}; use 'symbolic' or 'legacy'")
 
-    def read_items(self, path: Path) -> list[Item]:
+    def hub_source(self) -> HubSource:
+        return MATH500
+
+    def rows_to_items(self, rows: Rows, where: str | Path) -> list[Item]:
         items = []
-        for i, row in enumerate(read_records(path)):
+        for i, row in enumerate(rows):
             meta: dict[str, Any] = {k: row[k] for k in ("subject", "level", "solution", "clean_answer")
                     if k in row}
             items.append(Item(id=str(row.get("unique_id") or f"math500/{i}"),

@@ -1,7 +1,8 @@
 """RLPR: general-domain reasoning with short reference answers (PAPER.md §7.1, §7.3, §8.1).
 
-Data (not available offline; pass `path=`): JSONL/JSON/parquet rows in the
-`openbmb/RLPR-Train-Dataset` schema (`prompt`: chat messages whose user turn is the question;
+Data: openbmb/RLPR-Train-Dataset (split "train") from the Hugging Face Hub, or
+rlpr/rlpr_train.parquet under --data-dir / $PODIUM_DATA_DIR, or `path=`: JSONL/JSON/parquet rows
+in that dataset's schema (`prompt`: chat messages whose user turn is the question;
 `reward_model.ground_truth`; `ability`), or simple `{question, answer, ability}` rows. As in the
 reference, items whose ground truth is longer than 30 characters are dropped before splitting.
 
@@ -19,7 +20,9 @@ from typing import Any
 from podium.errors import ConfigError
 from podium.scoring.base import Grade
 from podium.tasks.base import Item
-from podium.tasks.common import SPLIT_ALIASES, TaskBase, compose, read_records
+from podium.tasks.common import SPLIT_ALIASES, TaskBase, compose
+from podium.tasks.hub import HubSource, Rows
+from podium.tasks.sources import RLPR
 
 MAX_GOLD_CHARS = 30
 PAPER_TEST_CAP = 2000
@@ -58,14 +61,18 @@ class RLPRTask(TaskBase):
     max_gold_chars: int = MAX_GOLD_CHARS
     paper_test_cap: int = PAPER_TEST_CAP
 
+    default_file = "rlpr/rlpr_train.parquet"
     holdout = True
 
-    def read_items(self, path: Path) -> list[Item]:
+    def hub_source(self) -> HubSource:
+        return RLPR
+
+    def rows_to_items(self, rows: Rows, where: str | Path) -> list[Item]:
         items = []
-        for i, row in enumerate(read_records(path)):
+        for i, row in enumerate(rows):
             question, gold = question_and_gold(row)
             if question is None or gold is None:
-                raise ConfigError(f"{path}: row {i} has no question/ground truth; expected the "
+                raise ConfigError(f"{where}: row {i} has no question/ground truth; expected the "
                                   "RLPR schema (prompt, reward_model.ground_truth) or "
                                   "{question, answer}")
             gold = str(gold)

@@ -188,12 +188,15 @@ def test_a_podium_data_dir_that_does_not_exist_is_an_error(pool, tmp_path, cache
     assert_clean_error(proc, 2, "PODIUM_DATA_DIR")
 
 
-def test_no_data_folder_at_all_is_an_error_naming_both_ways(pool, tmp_path, cache_env):
-    """podium has no default data location: with neither --data-dir nor $PODIUM_DATA_DIR a
-    task that reads files says how to give one."""
+def test_no_data_folder_and_no_hub_is_an_error_naming_both_ways(pool, tmp_path, cache_env):
+    """With neither --data-dir nor $PODIUM_DATA_DIR a task loads from the Hugging Face Hub; with
+    the Hub out of reach (and nothing cached) the error names both ways to give the data."""
     proc = podium("eval", "--task", "gsm8k", "--n", "1", "--pool", str(pool), "--out",
-                  str(tmp_path / "o"), env={**cache_env, "PODIUM_DATA_DIR": ""})
-    assert_clean_error(proc, 2, "--data-dir", "PODIUM_DATA_DIR", "docs/evaluation.md")
+                  str(tmp_path / "o"), env={**cache_env, "PODIUM_DATA_DIR": "",
+                                            "HF_HOME": str(tmp_path / "hf"),
+                                            "HF_HUB_OFFLINE": "1"})
+    assert_clean_error(proc, 2, "openai/gsm8k", "Hugging Face Hub", "--data-dir",
+                       "PODIUM_DATA_DIR", "docs/evaluation.md")
     assert not (tmp_path / "o").exists()
 
 

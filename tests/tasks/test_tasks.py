@@ -107,7 +107,7 @@ def test_registry_names_and_errors(tmp_path):
         get_task("math500", gradng="legacy")
     with pytest.raises(ConfigError, match="grading"):
         get_task("math500", grading="fuzzy")
-    for name in ("livecodebench", "gpqa", "rlpr"):  # not available offline: path= needed
+    for name in ("livecodebench", "gpqa", "rlpr"):  # a data folder without their files
         with pytest.raises(ConfigError, match="path="):
             get_task(name, data_dir=tmp_path).load()
 
