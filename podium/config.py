@@ -275,6 +275,9 @@ class RunSettings(_Frozen):
 
 
 class Pool(_Frozen):
+    """A pool file read and checked: the Conductor, the workers in id order (a worker's
+    index is its `Model id`), the `[run]` settings, and the file it came from."""
+
     conductor: ConductorSpec
     workers: tuple[ModelSpec, ...]
     run: RunSettings = RunSettings()

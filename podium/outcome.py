@@ -15,8 +15,12 @@ None) or leaves the previous answer standing under `"keep"`.
 **Usage, twice.** `used` counts every call the run made, cache hits included, at list price:
 what the workflow needs, the figure to compare systems on (the paper's Tables 5-6). `paid`
 counts what this run actually paid: answers from the response cache are free. A failed call
-costs what its usage says (usually 0), so one failure never makes a priced run's cost unknown;
-cost is None only when a model that was called has no price in the pool file.
+costs what its usage says (usually 0), so one failure never makes a priced run's cost unknown.
+**Costs add up** over the calls that have a price (`Usage.known_cost`); a call to a model with
+no price in the pool file is counted by name (`Usage.unpriced`: `conductor` for the Conductor,
+a worker by its pool name), so one unpriced model leaves the rest of the sum standing. The
+total (`Usage.cost`) is None only then: the known sum is a lower bound. `Outcome.conductor` and
+`Outcome.workers_used` split it (the budget judges the workers' part).
 
 **Failure classes.** Everything that went wrong is a `Failure` with a class that answers
 "whose fault, and will running it again help?":
@@ -46,7 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from podium.conductor.budget import BudgetCheck
+from podium.conductor.budget import BudgetCheck, Spent
 from podium.errors import INTERNAL
 from podium.scoring.base import Grade
 
@@ -98,19 +102,50 @@ def grade_failure(grade: Grade) -> Failure | None:
     return Failure("infra", "grader", grade.reason, "grader")
 
 
+Unpriced = tuple[tuple[str, int], ...]  # (model, calls without a price), first call first
+CONDUCTOR = "conductor"  # how the Conductor's calls are named in `Usage.unpriced`
+
+
+def _merge(a: Unpriced, b: Unpriced, sign: int = 1) -> Unpriced:
+    counts = dict(a)
+    for name, n in b:
+        counts[name] = counts.get(name, 0) + sign * n
+    return tuple((name, n) for name, n in counts.items() if n > 0)
+
+
 @dataclass(frozen=True)
 class Usage:
-    """Calls, tokens and cost (USD; None when a called model has no price)."""
+    """Calls, tokens and cost: `known_cost` (USD) sums the calls that have a price;
+    `unpriced` counts, by model, the calls that have none."""
 
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cost: float | None = 0.0
+    known_cost: float = 0.0
+    unpriced: Unpriced = ()
+
+    @classmethod
+    def call(cls, name: str, prompt: int, completion: int, cost: float | None) -> Usage:
+        """One call of the model `name` (cost None: it has no price)."""
+        return cls(1, prompt, completion, cost or 0.0, () if cost is not None else ((name, 1),))
 
     def __add__(self, other: Usage) -> Usage:
-        cost = None if self.cost is None or other.cost is None else self.cost + other.cost
         return Usage(self.calls + other.calls, self.prompt_tokens + other.prompt_tokens,
-                     self.completion_tokens + other.completion_tokens, cost)
+                     self.completion_tokens + other.completion_tokens,
+                     self.known_cost + other.known_cost, _merge(self.unpriced, other.unpriced))
+
+    def __sub__(self, part: Usage) -> Usage:
+        """What is left of this usage without `part` (a part of it)."""
+        return Usage(self.calls - part.calls, self.prompt_tokens - part.prompt_tokens,
+                     self.completion_tokens - part.completion_tokens,
+                     max(self.known_cost - part.known_cost, 0.0),
+                     _merge(self.unpriced, part.unpriced, -1))
+
+    @property
+    def cost(self) -> float | None:
+        """The whole cost (USD), or None when a call had no price (`known_cost` is then a
+        lower bound)."""
+        return None if self.unpriced else self.known_cost
 
     @property
     def total_tokens(self) -> int:
@@ -119,7 +154,13 @@ class Usage:
     def to_json(self) -> dict[str, Any]:
         return {"calls": self.calls, "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens, "total_tokens": self.total_tokens,
-                "cost_usd": self.cost}
+                "cost_usd": _usd(self.cost), "known_cost_usd": _usd(self.known_cost),
+                "unpriced": dict(self.unpriced)}
+
+
+def _usd(amount: float | None) -> float | None:
+    """A sum of prices without the float noise of adding them (0.004 + 0.001 is 0.005)."""
+    return None if amount is None else round(amount, 10)
 
 
 @dataclass(frozen=True)
@@ -154,6 +195,7 @@ class Outcome:
     grade: Grade | None = None
     conductor: Usage = Usage()  # the Conductor's own calls: part of `used`
     budget: BudgetCheck | None = None  # the plan against the request's budget, if it had one
+    not_called: int = 0  # planned steps never called (a cap, a failed step under "stop")
 
     @property
     def over_budget(self) -> bool:
@@ -162,10 +204,20 @@ class Outcome:
     @property
     def workers_used(self) -> Usage:
         """The workers' calls: `used` less the Conductor's own."""
-        c = self.conductor
-        cost = None if self.used.cost is None or c.cost is None else self.used.cost - c.cost
-        return Usage(self.used.calls - c.calls, self.used.prompt_tokens - c.prompt_tokens,
-                     self.used.completion_tokens - c.completion_tokens, cost)
+        return self.used - self.conductor
+
+    @property
+    def spent(self) -> Spent:
+        """What the workers' calls cost, for the budget's verdict."""
+        w = self.workers_used
+        return Spent(w.known_cost, dict(w.unpriced), w.calls + self.not_called,
+                     self.not_called)
+
+    @property
+    def budget_verdict(self) -> str | None:
+        """One sentence on the budget (None: the request had none): what it judged (the
+        plan's list price), the verdict, and what the workers' calls then cost."""
+        return self.budget.verdict(self.spent) if self.budget is not None else None
 
     @property
     def status(self) -> Literal["ok", "error"]:
@@ -218,7 +270,7 @@ class Outcome:
             "notes": list(self.notes),
         }
         if self.budget is not None:
-            data["budget"] = self.budget.to_json()
+            data["budget"] = self.budget.to_json(self.spent)
         if self.grade is not None:
             g = self.grade
             data["grade"] = {"correct": g.correct, "score": g.score, "extracted": g.extracted,
@@ -245,10 +297,11 @@ class _Ledger:
     paid: Usage = field(default_factory=Usage)
     conductor: Usage = field(default_factory=Usage)
     hits: int = 0
+    not_called: int = 0
 
-    def call(self, prompt: int, completion: int, cost: float | None, hit: bool,
+    def call(self, name: str, prompt: int, completion: int, cost: float | None, hit: bool,
              conductor: bool = False) -> None:
-        one = Usage(1, prompt, completion, cost)
+        one = Usage.call(name, prompt, completion, cost)
         self.used += one
         if conductor:
             self.conductor += one
@@ -324,11 +377,14 @@ def build_outcome(rounds: Sequence[Round], *,
     for rnd in rounds:
         turn = rnd.conductor
         if turn.messages:
-            ledger.call(turn.prompt_tokens, turn.completion_tokens, turn.cost, turn.cache_hit,
-                        conductor=True)
+            ledger.call(CONDUCTOR, turn.prompt_tokens, turn.completion_tokens, turn.cost,
+                        turn.cache_hit, conductor=True)
         for s in rnd.execution.steps if rnd.execution else ():
             if s.status in ("ok", "error"):
-                ledger.call(s.prompt_tokens, s.completion_tokens, s.cost, s.cache_hit)
+                ledger.call(s.worker_name, s.prompt_tokens, s.completion_tokens, s.cost,
+                            s.cache_hit)
+            else:
+                ledger.not_called += 1
         decision = _decision(rnd)
         found = _round_failures(rnd)
         failures.extend(found)
@@ -347,7 +403,7 @@ def build_outcome(rounds: Sequence[Round], *,
         cause = Failure("model", "no_answer", "the run produced no answer", "")
     return Outcome(answer, answer_round, tuple(summaries), tuple(failures), cause,
                    ledger.used, ledger.paid, ledger.hits, stopped, tuple(notes),
-                   conductor=ledger.conductor)
+                   conductor=ledger.conductor, not_called=ledger.not_called)
 
 
 def _fallback_note(rnd: Round) -> str:

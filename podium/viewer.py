@@ -5,7 +5,9 @@
 network, no server: the trace is embedded as JSON and a small script draws it.
 
 * the question, the answer (and the round that produced it), status, failures, usage and cost
-  (every call's, then the Conductor's and the workers' apart: the figures `podium ask` prints);
+  (every call's, then the Conductor's and the workers' apart: the figures `podium ask` prints;
+  where a called model has no price, the priced calls' sum "at least", naming the models
+  without one); the budget's verdict, where the run had a budget;
 * the workflow as a graph, one panel per round (round 0, then each recursion round): steps are
   nodes in layers by dependency depth, an edge from every step a node may see (its access
   list; `"all"` = every earlier step of the round), each node naming its worker and showing
@@ -47,7 +49,16 @@ const S = (tag, attrs = {}, text) => { const e = document.createElementNS(
   'http://www.w3.org/2000/svg', tag); for (const [k, v] of Object.entries(attrs))
   e.setAttribute(k, v); if (text !== undefined) e.textContent = text; return e; };
 const fmt = (x, d = 2) => (x === null || x === undefined) ? '-' : Number(x).toFixed(d);
-const usage = u => u ? `${u.calls} calls · ${u.total_tokens} tokens · $${fmt(u.cost_usd ?? u.cost, 6)}` : '-';
+const money = x => (x === null || x === undefined) ? null : `$${fmt(x, 6)}`;
+const cost = u => { const whole = money(u.cost_usd ?? u.cost);
+  if (whole !== null || money(u.known_cost_usd) === null) return whole ?? '$-';
+  const none = Object.entries(u.unpriced || {});
+  const names = none.map(([m, n]) =>
+    `${m === 'conductor' ? 'the Conductor' : m} (${n} call${n === 1 ? '' : 's'})`).join(', ');
+  const all = none.reduce((sum, [, n]) => sum + n, 0) >= u.calls;
+  return (all ? 'unknown' : `at least ${money(u.known_cost_usd)}`) +
+    (names ? ` (no price in the pool file: ${names})` : ''); };
+const usage = u => u ? `${u.calls} calls · ${u.total_tokens} tokens · ${cost(u)}` : '-';
 const split = b => b ? `Conductor ${b.conductor.calls} calls · ${b.conductor.total_tokens} tokens; ` +
   `workers ${b.workers.calls} calls · ${b.workers.total_tokens} tokens` : '-';
 
@@ -58,6 +69,7 @@ function header() {
       `round ${T.answer_round}`], ['status', T.status ?? '-'],
     ['used', usage(T.used)], ['of which', split(T.used_by)], ['paid', usage(T.paid)],
     ['wall', `${fmt(T.wall_s)} s`]];
+  if (T.budget && T.budget.verdict) rows.push(['budget', T.budget.verdict]);
   if (T.cause) rows.push(['cause', `${T.cause.cls}: ${T.cause.reason} ${T.cause.detail || ''}`]);
   for (const n of T.notes || []) rows.push(['note', n]);
   const table = $('table');
@@ -139,7 +151,9 @@ function details() {
     d.append($('b', {}, `Round ${s.round} · step ${s.index} · ${s.worker_name} (id ${s.worker})`));
     d.append($('div', {class: 'k'}, `sees: ${s.access === 'all' ? 'all' :
       (s.access || []).join(', ') || 'none'} · ${s.prompt_tokens} in / ${s.completion_tokens} out` +
-      ` · $${fmt(s.cost, 6)} · ${fmt(s.latency_s)} s${s.cache_hit ? ' · cache' : ''}`));
+      ` · ${s.cost === null && ['ok', 'error'].includes(s.status) ? 'no price' :
+        '$' + fmt(s.cost, 6)}` +
+      ` · ${fmt(s.latency_s)} s${s.cache_hit ? ' · cache' : ''}`));
     d.append($('div', {class: 'k'}, 'subtask')); d.append($('pre', {}, s.subtask || ''));
     d.append($('div', {class: 'k'}, s.status === 'ok' ? 'response' : s.status));
     d.append($('pre', {class: s.status === 'ok' ? '' : 'error'},

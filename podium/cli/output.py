@@ -20,8 +20,10 @@ from rich.panel import Panel
 from rich.status import Status
 from rich.table import Table
 
+from podium.conductor.budget import format_usd
 from podium.errors import ConfigError, WorkerError
 from podium.files import strict_json
+from podium.outcome import CONDUCTOR
 from podium.printable import printable
 
 TRUNCATE = 300
@@ -90,6 +92,7 @@ class LiveView:
         self.console = console
         self.verbose = verbose
         self.worker_names: list[str] = []
+        self.conductor_label = "the Conductor"
         self._status: Status | None = None
 
     def header(self, pool, chosen: list[int] | None = None) -> None:
@@ -97,6 +100,8 @@ class LiveView:
         workers = ", ".join(f"{i} {safe(w.name)}" for i, w in enumerate(pool.workers)
                             if chosen is None or i in chosen)
         conductor = pool.conductor
+        what = conductor.model or conductor.function or ""
+        self.conductor_label = f"the Conductor ({conductor.backend} {what})".replace(" )", ")")
         self.console.print(f"[bold]Conductor[/] {safe(conductor.name)} ({conductor.backend}) "
                            f"· [bold]workers[/] {workers} · pool {safe(pool.source)}")
 
@@ -173,29 +178,53 @@ class LiveView:
         for note in out.notes:
             c.print(f"[yellow]{safe(note)}[/]", soft_wrap=True)
         used, paid = out.used, out.paid
-        cost = f"${used.cost:.6f}" if used.cost is not None else "unknown (no price in the pool file)"
-        hits = (f" · {out.cache_hits} from the cache (paid {paid.calls} calls, "
-                f"{'$' + format(paid.cost, '.6f') if paid.cost is not None else 'unknown'})"
-                if out.cache_hits else "")
-        c.print(f"[bold]Totals[/] {used.calls} calls · {used.prompt_tokens} prompt + "
+        hits = (f" · {out.cache_hits} from the cache (paid {calls(paid.calls)}, "
+                f"{short_cost(paid)})" if out.cache_hits else "")
+        c.print(f"[bold]Totals[/] {calls(used.calls)} · {used.prompt_tokens} prompt + "
                 f"{used.completion_tokens} completion tokens · {result.wall_s:.1f}s wall · "
-                f"cost {cost}{hits}")
-        c.print(f"  {usage_split(out)}")
-        if out.budget is not None:
-            colour = "yellow" if out.budget.over else "green"
-            c.print(f"[{colour}]Budget: {safe(out.budget.sentence())}[/]")
+                f"cost {safe(total_cost(used, self.conductor_label))}{hits}")
+        c.print(f"  {safe(usage_split(out))}")
+        if out.budget_verdict is not None:
+            colour = "yellow" if out.over_budget else "green"
+            c.print(f"[{colour}]{safe(out.budget_verdict)}[/]", soft_wrap=True)
         if result.stopped:
             c.print(f"[yellow]Stopped early: {safe(result.stopped)}[/]")
         if trace:
             c.print(f"Trace written to {safe(trace)}")
 
 
+def calls(n: int) -> str:
+    return f"{n} call" if n == 1 else f"{n} calls"
+
+
+def short_cost(usage: Any) -> str:
+    """A part's cost: "$0.004", "at least $0.001" (a call without a price), "no price"."""
+    if not usage.unpriced:
+        return format_usd(usage.known_cost)
+    priced = usage.calls - sum(n for _, n in usage.unpriced)
+    return f"at least {format_usd(usage.known_cost)}" if priced else "no price"
+
+
+def total_cost(usage: Any, conductor: str = "the Conductor") -> str:
+    """The run's cost, the known parts summed and each model without a price named, e.g.
+    "at least $0.004: the Conductor (embedded smollm2) has no price in the pool file"."""
+    if not usage.unpriced:
+        return format_usd(usage.known_cost)
+    names = [conductor if name == CONDUCTOR else f"{name} ({calls(n)})"
+             for name, n in usage.unpriced]
+    have = "has" if len(names) == 1 else "have"
+    missing = f"{' and '.join(names)} {have} no price in the pool file"
+    if usage.calls == sum(n for _, n in usage.unpriced):
+        return f"unknown: {missing}"
+    return f"at least {format_usd(usage.known_cost)}: {missing}"
+
+
 def usage_split(outcome: Any) -> str:
-    """Where the tokens went: the Conductor's own calls and the workers' (the trace viewer
-    shows the same split, from the trace's `used_by`)."""
+    """Where the tokens and the cost went: the Conductor's own calls and the workers' (the
+    trace viewer shows the same split, from the trace's `used_by`)."""
     c, w = outcome.conductor, outcome.workers_used
-    return (f"Conductor {c.calls} calls · {c.total_tokens} tokens; "
-            f"workers {w.calls} calls · {w.total_tokens} tokens")
+    return (f"Conductor {calls(c.calls)} · {c.total_tokens} tokens · {short_cost(c)}; "
+            f"workers {calls(w.calls)} · {w.total_tokens} tokens · {short_cost(w)}")
 
 
 def error(console: Console, exc: BaseException, *, unexpected: bool = False) -> None:

@@ -27,15 +27,18 @@ index): training draws perturbed lists so that the Conductor learns to read pric
 remember them.
 
 **Over budget** (`BudgetCheck`): a plan whose list price — the sum of its steps' call prices,
-every round's — passes the budget. The run's result and trace say so (`outcome.budget`),
-beside what the workers actually cost; training scores such a plan as `[reward] over_budget`
-says.
+every round's — passes the budget. The budget judges that list price, known before any worker
+is called, not what the calls then cost: a step a cap skipped was planned (and priced) but not
+called, and a token-priced call's list price is an estimate. The run's result and trace say
+both (`outcome.budget`, `BudgetCheck.verdict` with what was `Spent`); training scores such a
+plan as `[reward] over_budget` says.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from podium.config import ModelSpec
@@ -105,10 +108,53 @@ def format_budget(amount: float) -> str:
     return f"${amount:.4g}"
 
 
+def format_usd(amount: float) -> str:
+    """An amount for people: dollars to six significant digits, never in exponent form
+    ($0.00089, $0.013754, $0)."""
+    return f"${Decimal(f'{amount:.6g}'):f}"
+
+
+@dataclass(frozen=True)
+class Spent:
+    """What a plan's worker calls cost once they ran: the sum of the priced calls (USD), the
+    calls of each worker without a price, and the plan's steps, of which some were never
+    called (a cap, a failed step under `on_error = "stop"`)."""
+
+    known: float = 0.0
+    unpriced: dict[str, int] = field(default_factory=dict)
+    steps: int = 0
+    not_called: int = 0
+
+    def clause(self, plan_price: float) -> str:
+        """e.g. "the workers' calls then cost $0.00089 (2 of the plan's 4 steps were not
+        called)"."""
+        if self.steps == self.not_called:
+            return ("no worker was called" if not self.steps else
+                    f"no worker was called (none of the plan's {self.steps} steps)")
+        why = []
+        if self.unpriced:
+            names = " and ".join(f"{name}'s {_calls(n)}" for name, n in self.unpriced.items())
+            have = "has" if list(self.unpriced.values()) == [1] else "have"
+            why.append(f"{names} {have} no price in the pool file")
+        if self.not_called:
+            why.append(f"{self.not_called} of the plan's {self.steps} steps "
+                       f"{'was' if self.not_called == 1 else 'were'} not called")
+        elif not self.unpriced and abs(self.known - plan_price) > _SLACK * max(plan_price, 1e-6):
+            why.append("a list price estimates a call's tokens before it runs")
+        what = "priced calls" if self.unpriced else "calls"
+        return (f"the workers' {what} then cost {format_usd(self.known)}"
+                + (f" ({'; '.join(why)})" if why else ""))
+
+
+def _calls(n: int) -> str:
+    return f"{n} call" if n == 1 else f"{n} calls"
+
+
 @dataclass(frozen=True)
 class BudgetCheck:
     """A finished run against its budget: the plan's list price (every round's steps, at the
-    request's call prices) and what the workers were charged at the pool's prices."""
+    request's call prices), which the budget judges, and what the workers were charged at the
+    pool's prices (None when a worker called has no price: `Spent` has the priced part)."""
 
     amount: float
     plan_price: float
@@ -116,16 +162,27 @@ class BudgetCheck:
 
     @property
     def over(self) -> bool:
+        """The plan's list price passes the budget (what the calls then cost plays no part)."""
         return self.plan_price > budget_limit(self.amount)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"amount": self.amount, "plan_price": round(self.plan_price, 10),
-                "over": self.over, "workers_cost_usd": self.workers_cost}
+    def to_json(self, spent: Spent | None = None) -> dict[str, Any]:
+        data: dict[str, Any] = {"amount": self.amount, "plan_price": round(self.plan_price, 10),
+                                "over": self.over, "workers_cost_usd": self.workers_cost}
+        if spent is not None:
+            data.update(spent_usd=round(spent.known, 10), spent_unpriced=spent.unpriced,
+                        steps_not_called=spent.not_called, verdict=self.verdict(spent))
+        return data
 
-    def sentence(self) -> str:
-        verdict = "over budget" if self.over else "within budget"
-        return (f"{verdict}: the plan's list price {format_budget(self.plan_price)} against "
-                f"a budget of {format_budget(self.amount)}")
+    def verdict(self, spent: Spent) -> str:
+        """One sentence: the plan's list price against the budget, the verdict, and what the
+        workers' calls then cost, e.g. "Over budget: the plan's list price, $0.01375, is more
+        than the budget of $0.001; the workers' calls then cost $0.00089 (2 of the plan's 4
+        steps were not called)."."""
+        price, amount = format_usd(self.plan_price), format_usd(self.amount)
+        head = (f"Over budget: the plan's list price, {price}, is more than the budget of "
+                f"{amount}" if self.over else
+                f"Within budget: the plan's list price, {price}, fits the budget of {amount}")
+        return f"{head}; {spent.clause(self.plan_price)}."
 
 
 def plan_price(workers: Iterable[int], prices: Sequence[float] | Mapping[int, float]) -> float:

@@ -34,7 +34,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -78,10 +78,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
 
+_Calls = dict[str, Annotated[int, Field(ge=0)]]  # model -> calls without a price
+
+
 class _Usage(_Strict):
     calls: int
     total_tokens: int
     cost_usd: float | None = None
+    # absent from records written before costs added up over the priced calls
+    known_cost_usd: float | None = None
+    unpriced: _Calls | None = None
+
+
+class _UsedBy(_Strict):
+    conductor: _Usage = None  # type: ignore[assignment]
+    workers: _Usage = None  # type: ignore[assignment]
 
 
 class _Cause(_Strict):
@@ -104,6 +115,11 @@ class _Budget(_Strict):
     amount: float
     over: bool
     plan_price: float
+    workers_cost_usd: float | None = None
+    spent_usd: float | None = None
+    spent_unpriced: _Calls | None = None
+    steps_not_called: int | None = Field(default=None, ge=0)
+    verdict: str | None = None
 
 
 class _Record(_Strict):
@@ -120,6 +136,7 @@ class _Record(_Strict):
     cause: _Cause | None = None
     used: _Usage = None  # type: ignore[assignment]
     paid: _Usage = None  # type: ignore[assignment]
+    used_by: _UsedBy | None = None
     rounds: list[_Round] | None = None
     workflow: list[_Step] | None = None
     latency_s: float = 0.0

@@ -11,6 +11,10 @@ Every number is read from the records' outcomes (`podium.outcome`); nothing is r
 * **Usage** per item is what the workflow used — every call, cache hits included, at list
   price — averaged over graded items: systems are compared on it whatever the cache held
   (the paper's Tables 5-6). What this run paid (cache hits free) is summed over every record.
+  A cost is None when a called model has no price in the pool file; the known parts still add
+  up (`known_cost_per_item`, `paid_known_cost`: lower bounds then), the workers' part has its
+  own figure (`workers_cost_per_item`), and `unpriced` counts the calls of each model without
+  a price (the Conductor's as `conductor`).
 * **Recursion**: the last round's decision (kept, revised, format_error, failed) with the
   accuracy of each; parse failures are counted for every round.
 
@@ -90,6 +94,10 @@ class Summary:
     worker_by_position: dict[int, dict[str, int]]  # step position -> worker -> steps
     steps: dict[int, int]  # workflow length -> items
     budget: BudgetSummary | None = None  # with --budget
+    known_cost_per_item: float | None = None  # the priced calls only: cost_per_item or less
+    workers_cost_per_item: float | None = None  # the workers' calls (None: one has no price)
+    paid_known_cost: float | None = None  # the priced calls this run paid for
+    unpriced: dict[str, int] = dataclasses.field(default_factory=dict)  # model -> calls
 
     def to_json(self) -> dict[str, Any]:
         """The summary as `summary.json` holds it."""
@@ -116,14 +124,37 @@ def accuracy(records: list[dict]) -> tuple[float | None, float | None, list[floa
     return acc, se, accs
 
 
+def _usd(value: Any) -> float | None:
+    """A cost read from a record: a number, or None (unknown, or not a number)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok else None
+
+
 def _usage(records: list[dict], key: str) -> dict[str, Any]:
     usages = [r[key] for r in records if key in r]
     costs = [u["cost_usd"] for u in usages]
+    # a record written before `known_cost_usd` has only `cost_usd`
+    known = [_usd(u.get("known_cost_usd", u["cost_usd"])) for u in usages]
+    unpriced: Counter = Counter()
+    for u in usages:
+        calls = u.get("unpriced")
+        if isinstance(calls, dict):
+            unpriced.update({k: n for k, n in calls.items() if isinstance(n, int)})
     return {
         "calls": [u["calls"] for u in usages],
         "tokens": [u["total_tokens"] for u in usages],
         "cost": None if not costs or any(c is None for c in costs) else costs,
+        "known": None if not known or any(c is None for c in known) else known,
+        "unpriced": dict(unpriced),
     }
+
+
+def _workers_costs(records: list[dict]) -> list[float] | None:
+    """The workers' cost of each record (`used_by`); None when one is unknown."""
+    costs = [_usd(((r.get("used_by") or {}).get("workers") or {}).get("cost_usd"))
+             for r in records]
+    known = [c for c in costs if c is not None]
+    return known if costs and len(known) == len(costs) else None
 
 
 def _errors(errors: list[dict]) -> ErrorClasses:
@@ -203,6 +234,10 @@ def summarize(records: list[dict]) -> Summary:
         worker_by_position={i: dict(c) for i, c in sorted(position_usage.items())},
         steps=dict(sorted(Counter(len(r.get("workflow") or []) for r in graded).items())),
         budget=_budget(graded),
+        known_cost_per_item=_mean(used["known"]) if used["known"] is not None else None,
+        workers_cost_per_item=_mean(workers) if (workers := _workers_costs(graded)) else None,
+        paid_known_cost=sum(paid["known"]) if paid["known"] is not None else None,
+        unpriced=used["unpriced"],
     )
 
 

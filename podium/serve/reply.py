@@ -1,8 +1,11 @@
 """What both APIs' replies share: the `podium` field, and the stream of a run's events.
 
 `podium_json` is the field OpenAI's formats have no place for: calls, cost (USD at the pool's
-list prices; null when a called model has no price), the outcome's notes (a fallback, a kept
-answer) and the run's wall time.
+list prices: `cost_usd`, null when a called model has no price; `known_cost_usd`, the priced
+calls' sum; `workers_cost_usd`, the workers' part, null when a worker called has no price;
+`unpriced`, the calls of each model without a price, the Conductor's as `conductor`), the
+plan against the request's budget (as the trace's `budget`), the outcome's notes (a
+fallback, a kept answer) and the run's wall time.
 
 A streamed reply reads `run_events` (the progress lines, `podium.serve.progress`, until the
 answer begins; then the answer's text as the worker writing it produces it, where its
@@ -30,8 +33,13 @@ ANSWER_PIECE = 256  # characters per answer delta, for an answer sent whole
 
 def podium_json(result) -> dict[str, Any]:
     out = result.outcome
-    return {"calls": out.used.calls, "cost_usd": out.used.cost, "notes": list(out.notes),
-            "fallback": out.fallback, "wall_s": round(result.wall_s, 3)}
+    used, workers = out.used.to_json(), out.workers_used.to_json()
+    return {"calls": out.used.calls, "cost_usd": used["cost_usd"],
+            "known_cost_usd": used["known_cost_usd"], "workers_cost_usd": workers["cost_usd"],
+            "unpriced": used["unpriced"],
+            **({"budget": out.budget.to_json(out.spent)} if out.budget is not None else {}),
+            "notes": list(out.notes), "fallback": out.fallback,
+            "wall_s": round(result.wall_s, 3)}
 
 
 def event_stream(events: AsyncIterator[str], headers: dict) -> StreamingResponse:

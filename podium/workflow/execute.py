@@ -46,6 +46,10 @@ StepStatus = Literal["pending", "running", "ok", "error", "skipped"]
 
 @dataclass
 class StepRecord:
+    """What one step did: the exact messages sent, the response or the error (its kind),
+    tokens, cost at list price, latency, timing relative to the workflow's start, whether
+    the response cache answered, and the failed attempts before the last one."""
+
     index: int
     worker: int
     worker_name: str
@@ -82,6 +86,9 @@ class StepRecord:
 
 @dataclass
 class Execution:
+    """One workflow run: a record per step, the answer (`run.final_answer` over the steps;
+    None when there is none), and why it stopped early (a cap, a failed step) if it did."""
+
     workflow: Workflow
     steps: list[StepRecord]
     answer: str | None

@@ -27,6 +27,9 @@ def access_json(access: Access) -> str | list[int]:
 
 @dataclass(frozen=True)
 class Step:
+    """One step: the worker (its pool index) that runs it, its subtask, and which earlier
+    steps it may see (`"all"`, `()` or a tuple of indices)."""
+
     worker: int
     subtask: str
     access: Access = ()
@@ -42,6 +45,9 @@ class Step:
 
 @dataclass(frozen=True)
 class Workflow:
+    """The steps a Conductor wrote, in order; the last step's response is the answer
+    (`run.final_answer`). Build one checked with `Workflow.of`."""
+
     steps: tuple[Step, ...]
 
     @classmethod

@@ -8,6 +8,7 @@ import json
 import math
 
 import pytest
+from support import podium_in_process
 
 from podium.conductor.budget import (
     BudgetCheck,
@@ -21,7 +22,6 @@ from podium.config import ModelSpec, Price, pool_from_dict
 from podium.errors import ConfigError
 from podium.pipeline import Pipeline
 from podium.workflow.types import Step, Workflow
-from tests.support import podium_in_process
 
 
 def priced_pool(show: bool = True, conductor: str = "one_step") -> dict:
@@ -97,10 +97,14 @@ def test_a_plan_is_priced_against_the_budget_and_the_result_says_so():
 
     over, within, plain, cheap_list, two = asyncio.run(go())
     assert over.outcome.over_budget and over.answer == "<answer>5</answer>"
-    assert over.to_json()["budget"] == {"amount": 0.002, "plan_price": 0.004, "over": True,
-                                        "workers_cost_usd": 0.004}
+    budget = over.to_json()["budget"]
+    assert {k: budget[k] for k in ("amount", "plan_price", "over", "workers_cost_usd",
+                                   "spent_usd", "steps_not_called")} == {
+        "amount": 0.002, "plan_price": 0.004, "over": True, "workers_cost_usd": 0.004,
+        "spent_usd": 0.004, "steps_not_called": 0}
+    assert budget["verdict"].startswith("Over budget")
     assert not within.outcome.over_budget
-    assert within.outcome.budget.sentence().startswith("within budget")
+    assert within.outcome.budget_verdict.startswith("Within budget")
     assert plain.outcome.budget is None and "budget" not in plain.to_json()
     assert not cheap_list.outcome.over_budget
     assert cheap_list.outcome.budget.plan_price == 0.001
@@ -127,8 +131,8 @@ def test_podium_ask_with_a_budget_says_whether_the_plan_kept_to_it(tmp_path):
     ask = ("ask", "What is 2 + 3?", "--pool", str(pool))
     over = podium_in_process(*ask, "--budget", "0.002")
     assert over.returncode == 0, over.stderr
-    assert "Budget: over budget: the plan's list price $0.004 against a budget of $0.002" \
-        in over.stdout
+    verdict = next(line for line in over.stdout.splitlines() if "budget of" in line)
+    assert verdict.startswith("Over budget") and "$0.004," in verdict and "$0.002" in verdict
     shown = podium_in_process(*ask, "--budget", "0.01", "--json")
     assert json.loads(shown.stdout)["budget"]["over"] is False
     bad = podium_in_process(*ask, "--budget", "-1")

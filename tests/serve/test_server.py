@@ -140,8 +140,12 @@ def test_a_requests_budget_is_priced_in_its_trace_and_a_bad_one_is_a_400(client,
                                                        "return_trace_id": True})
     trace = http.get(f"/v1/traces/{reply.model_extra['podium_trace_id']}",
                      headers=auth()).json()
-    assert trace["budget"] == {"amount": 0.001, "plan_price": 0.0, "over": False,
-                               "workers_cost_usd": None}  # the test pool has no prices
+    budget = trace["budget"]
+    assert {k: budget[k] for k in ("amount", "plan_price", "over", "workers_cost_usd",
+                                   "spent_usd")} == {
+        "amount": 0.001, "plan_price": 0.0, "over": False, "workers_cost_usd": None,
+        "spent_usd": 0.0}  # the test pool has no prices
+    assert budget["spent_unpriced"] and budget["verdict"].startswith("Within budget")
     assert trace["options"]["budget"] == 0.001
     for bad in ({"budget": -1}, {"metadata": {"budget": "cheap"}}):
         resp = http.post("/v1/chat/completions", headers=auth(), json=body(**bad))

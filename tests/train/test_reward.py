@@ -45,9 +45,9 @@ def outcome(*, correct: bool = False, fmt: bool = False, failures: tuple = (),
     if fmt:
         cause = Failure("model", "parse:unparseable")
     grade = None if cause else Grade.of(correct, "x")
+    usage = Usage(2, 10, 5, cost or 0.0, () if cost is not None else (("w", 2),))
     return Outcome(None if cause else "<answer>x</answer>", None if cause else 0, (),
-                   (*failures, *([cause] if cause else [])), cause, Usage(2, 10, 5, cost),
-                   Usage(2, 10, 5, cost), grade=grade)
+                   (*failures, *([cause] if cause else [])), cause, usage, usage, grade=grade)
 
 
 @pytest.mark.parametrize(("scheme", "expect"), [("paper", (0.0, 0.5, 1.0)),
