@@ -6,8 +6,8 @@
 prompt), `rollout/` (one step's rollouts: the process layout, generation under the grammar,
 explored plans, the recursion round), `score` (a completion run by the pipeline and graded),
 `reward` (the graded outcome becomes the reward), `model` (the policy, the bundled GGUF
-converted once), `trainer` (the TrainingJob: TRL's GRPOTrainer, the plan, checkpoints and
-resume), `grpo` (every TRL internal podium touches), `zero_advantage` (the loss without the
+converted once), `trainer` (the TrainingJob: TRL's GRPOTrainer, the plan, checkpoints),
+`runfolder` (the output folder: what `--resume` continues from, the checkpoints kept), `grpo` (every TRL internal podium touches), `zero_advantage` (the loss without the
 completions that have no advantage). Importing this package does not import torch.
 """
 

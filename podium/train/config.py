@@ -222,12 +222,14 @@ class GRPOSection(_Section):
                                              "the length limit out of the loss.")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus (0: none).")
     seed: int = Field(42, ge=0, le=MAX_SEED, description="Seed of sampling and of the trainer.")
-    save_steps: int = Field(20, ge=1, description="Checkpoint every N steps.")
-    save_total_limit: int | None = Field(2, ge=1, description="Keep only the newest N "
-                                         "checkpoint-N folders, each resumable (optimizer "
-                                         "state: a 135M policy's is 1.6 GB, a ZeRO-3 7B's "
-                                         "~100 GB); none: keep all. final/ and best/ hold "
-                                         "the model alone.")
+    save_steps: int = Field(20, ge=1, description="Checkpoint every N steps (and at the "
+                            "last step): a run killed between two loses at most N-1 steps.")
+    save_total_limit: int | None = Field(1, ge=1, description="Keep only the newest N "
+                                         "checkpoint-N folders, each resumable (weights and "
+                                         "optimizer state: 1.6 GB for the 135M policy, "
+                                         "~100 GB for a ZeRO-3 7B); --resume needs only the "
+                                         "newest complete one. none: keep all. final/ and "
+                                         "best/ hold the model alone.")
     collective_timeout_s: int = Field(7200, ge=60, le=MAX_COLLECTIVE_TIMEOUT_S, description="How long a process waits at "
                                       "a collective for the others (torch.distributed's "
                                       "timeout): the slowest process's workflows of a step "
@@ -327,6 +329,9 @@ class OutputSection(_Section):
 
 
 class TrainConfig(_Section):
+    """A training recipe (TOML), one section per table; docs/training.md ("Every key")
+    lists every key with its default."""
+
     model: ModelSection = ModelSection()
     pool: PoolSection = PoolSection()
     data: DataSection

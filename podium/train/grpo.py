@@ -285,6 +285,13 @@ class TrlTrainer:
         assert value is not None  # the main process made it
         return value
 
+    def log_now(self, metrics: dict[str, float]) -> None:
+        """Log `metrics` at the current step on their own, by transformers' `Trainer.log` (not
+        GRPOTrainer's, which would add and clear the metrics gathered for the next step)."""
+        from transformers import Trainer
+
+        Trainer.log(self.trainer, dict(metrics))
+
     def log_with_step(self, metrics: dict[str, float]) -> None:
         """Log `metrics` with the training step's own, which TRL logs right after the
         callbacks' `on_step_end`."""

@@ -1,5 +1,6 @@
 """Held-out evaluation during training: the live policy's greedy workflows on questions it
-does not train on, run by the pipeline and graded, every `[heldout] every` steps.
+does not train on, run by the pipeline and graded: before the first step (the untrained point,
+logged at step 0) and every `[heldout] every` steps.
 
 The policy writes each held-out question's workflow greedily (under the workflow grammar when
 the rollouts are held to it), from the exact prompt `podium ask` would give it; the pipeline
@@ -21,6 +22,7 @@ that all of them take part in saving `best/`.
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +30,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from podium.checkpoint import write_card
+from podium.checkpoint import CARD, write_card
 from podium.conductor import workflow_messages
 from podium.conductor.budget import RequestBudget, format_budget
 from podium.train.data import view_of, with_prompts
@@ -111,13 +113,21 @@ class HeldOut:
 
 
 class HeldOutEvaluation(TrainerCallback):
-    """Scores the policy on the held-out questions every `every` steps and at the end,
-    logs `heldout/accuracy` and `heldout/valid`, and keeps the best step's policy in best/."""
+    """Scores the policy on the held-out questions before the first step (the untrained
+    point, logged at step 0), every `every` steps and at the end; logs `heldout/accuracy` and
+    `heldout/valid`, and keeps the best trained step's policy in best/ (a resumed run starts
+    from the best that best/ records)."""
 
     def __init__(self, job: Any, heldout: HeldOut, every: int) -> None:
         self.job, self.heldout, self.every = job, heldout, every
         self.best: HeldOutResult | None = None
         self.last: HeldOutResult | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            self.evaluate(state)
+        else:
+            self.best = recorded_best(Path(args.output_dir) / "best")
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step % self.every == 0 or state.global_step == state.max_steps:
@@ -132,8 +142,8 @@ class HeldOutEvaluation(TrainerCallback):
         if state.is_world_process_zero:
             result = self.heldout.score(texts, state.global_step)
         result = self.last = trl.shared(result)
-        better = self.best is None or result.accuracy > self.best.accuracy
-        if better:
+        untrained = state.global_step == 0  # the starting point: not a step to keep in best/
+        if not untrained and (self.best is None or result.accuracy > self.best.accuracy):
             self.best = result
             self._save_best(state)
         logs = {"heldout/accuracy": result.accuracy, "heldout/valid": result.valid,
@@ -142,7 +152,10 @@ class HeldOutEvaluation(TrainerCallback):
                    if result.over_budget is not None else {}),
                 **{f"heldout/{k}": v for k, v in result.by_group.items()
                    if len(result.by_group) > 1}}
-        trl.log_with_step(logs)
+        if untrained:
+            trl.log_now(logs)
+        else:
+            trl.log_with_step(logs)
         return result
 
     def card_fields(self) -> dict[str, Any]:
@@ -163,6 +176,16 @@ class HeldOutEvaluation(TrainerCallback):
             (best / "training_args.bin").unlink(missing_ok=True)
             write_card(best, {**self.job.card, "steps": state.global_step,
                               "metrics": _last_metrics(state), **self.card_fields()})
+
+
+def recorded_best(best: Path) -> HeldOutResult | None:
+    """The best held-out result best/'s card records (None when there is none to read)."""
+    try:
+        held = json.loads((best / CARD).read_text(encoding="utf-8"))["heldout"]
+        return HeldOutResult(int(held["best_step"]), float(held["best"]), valid=0.0,
+                             by_group={}, plans=[])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _last_metrics(state: Any) -> dict[str, Any]:

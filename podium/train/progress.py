@@ -86,7 +86,14 @@ class StepLines(TrainerCallback):
             self.progress.update(self.task, completed=state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs or "reward" not in logs:
+        if not state.is_world_process_zero or not logs:
+            return
+        if state.global_step == 0 and "heldout/accuracy" in logs:  # before the first step
+            self.console.print(f"untrained: held-out {100 * logs['heldout/accuracy']:.1f}% "
+                               f"({100 * logs.get('heldout/valid', 0):.0f}% of workflows "
+                               "valid)", markup=False, highlight=False)
+            return
+        if "reward" not in logs:
             return
         recent = self._times[-5:]
         seconds = sum(recent) / len(recent) if recent else logs.get("step_time")

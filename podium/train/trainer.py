@@ -4,9 +4,10 @@ One function reads top to bottom (`build`): the pool and run settings, the train
 policy, the reward (the pipeline's own run of each rollout), TRL's `GRPOConfig` from the
 config's `[grpo]` section, and the `GRPOTrainer` (`podium.train.zero_advantage`'s, which skips the
 completions with no advantage in the loss). `train` runs it; `--resume` continues from the
-last checkpoint in the output folder with the same data order (the rows are a seeded shuffle
-and TRL's sampler is not reshuffled), its records of the steps after that checkpoint dropped
-(`resume_point`: they are trained and logged again).
+newest complete checkpoint in the output folder with the same data order (the rows are a
+seeded shuffle and TRL's sampler is not reshuffled), its records of the steps after that
+checkpoint dropped (they are trained and logged again), or starts at step 1 where there is
+none (`podium.train.runfolder` has the folder's rules).
 
 One step, as TRL's GRPOTrainer runs it, and where podium plugs in (`grpo.py` holds every
 TRL internal podium touches):
@@ -28,10 +29,12 @@ Batch shape: a step is `questions_per_step` questions x `generations` rollouts; 
 `per_device_batch` completions per pass, and gradient accumulation fills the rest of the step,
 so one generation batch makes exactly one optimizer update (the reference code's setting).
 
-Outputs in `[output] dir`: `checkpoint-N/` every `save_steps` (a Hugging Face directory with the
-Conductor card, `podium.checkpoint`), `final/` at the end, `metrics.jsonl` (every logged step:
-TRL's reward, reward_std, frac_reward_zero_std, completion lengths, and podium's rollout
-metrics) and `transcripts.jsonl` (sample rollouts).
+Outputs in `[output] dir`: `checkpoint-N/` every `save_steps` and at the last step (a Hugging
+Face directory with the Conductor card, `podium.checkpoint`, and what `--resume` needs; the
+newest `save_total_limit` kept), `final/` at the end (its weights hard links to the last
+checkpoint's), `metrics.jsonl` (every logged step: TRL's reward, reward_std,
+frac_reward_zero_std, completion lengths, and podium's rollout metrics) and
+`transcripts.jsonl` (sample rollouts).
 """
 
 from __future__ import annotations
@@ -51,10 +54,11 @@ from podium.config import Pool, RunSettings, load_pool, split_limits
 from podium.errors import ConfigError
 from podium.pipeline import Pipeline
 from podium.settings import resolve_settings
+from podium.train import runfolder
 from podium.train.config import TrainConfig
 from podium.train.curve import draw_curve
 from podium.train.data import TrainingData, build_data, with_prompts
-from podium.train.metrics import StepRecorder, drop_records_after
+from podium.train.metrics import StepRecorder
 from podium.train.rollout.explore import explored_count
 from podium.train.rollout.layout import CPU_LAUNCH, Launch, Layout, check, layout_of
 from podium.train.rollout.row import Row
@@ -356,22 +360,25 @@ def describe(job: TrainingJob) -> list[str]:
 def train(config: TrainConfig, *, resume: bool = False,
           echo: Callable[[list[str]], None] | None = None) -> Path:
     """Train; return the folder of the final Conductor. The main process hands the plan's
-    lines (its layout among them) to `echo` before the first step."""
+    lines (its layout, and with `resume` where it continues, among them) to `echo` before the
+    first step. The output folder's rules (a run there needs `resume`; where that continues)
+    are podium.train.runfolder's."""
     out = Path(config.output.dir)
-    if not resume and ((out / "metrics.jsonl").exists() or any(out.glob("checkpoint-*"))):
-        raise ConfigError(f"{out} holds a training run already (metrics.jsonl, checkpoint-N): "
-                          "pass --resume to continue it, or train into a new folder "
-                          "(--set output.dir=...), or delete it first.")
+    runfolder.check_folder(out, config.grpo.max_steps, resume=resume)
     from podium.train.grpo import TrlTrainer
 
     job = build(config)
     main = TrlTrainer(job.trainer).is_main
     try:
+        point = runfolder.resume_point(out, main=main) if resume else None
+        if point is not None:
+            job.lines.append(f"resume      {point.note}")
         if echo is not None and main:
             echo(job.lines)
-        checkpoint = resume_point(out, main=main) if resume else None
-        job.trainer.train(resume_from_checkpoint=checkpoint)
+        job.trainer.train(resume_from_checkpoint=point.checkpoint if point else None)
         final = out / "final"
+        if main:
+            runfolder.unshare_weights(final)  # never written through into a checkpoint's weights
         job.trainer.save_model(str(final))
         state = job.trainer.state
         if not state.is_world_process_zero:
@@ -381,25 +388,11 @@ def train(config: TrainConfig, *, resume: bool = False,
         last: dict[str, Any] = next((h for h in reversed(state.log_history) if "reward" in h), {})
         held = job.heldout.card_fields() if job.heldout is not None else {}
         write_card(final, {**job.card, "steps": state.global_step, "metrics": last, **held})
+        runfolder.share_weights(final, runfolder.last_checkpoint(out))
         draw_curve(out)
         return final
     finally:
         job.close()
-
-
-def resume_point(out: Path, *, main: bool = True) -> str:
-    """The checkpoint `--resume` continues from: the last in `out`. The main process (the one
-    that writes them) cuts the folder's per-step records back to its step first: the steps
-    after it are trained, and logged, again."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    checkpoint = get_last_checkpoint(str(out))
-    if checkpoint is None:
-        raise ConfigError(f"--resume: {out} holds no checkpoint-N folder yet; run "
-                          "without --resume to start.")
-    if main:
-        drop_records_after(out, int(Path(checkpoint).name.rsplit("-", 1)[1]))
-    return checkpoint
 
 
 def _budget_line(b: Any, settings: RunSettings, over: str) -> str:

@@ -76,6 +76,7 @@ lr_scheduler = "constant"     # the same rate whether a run is 1 step or 2
 warmup_ratio = 0.0
 max_grad_norm = 1e9
 save_steps = 1
+save_total_limit = 2          # both checkpoints kept, to check each was written once
 seed = 7
 
 [output]

@@ -158,7 +158,11 @@ def test_grpo_steps_train_the_policy_and_checkpoint_it(trained):
     transcripts = [json.loads(x) for x in (out / "transcripts.jsonl").read_text().splitlines()]
     assert {t["step"] for t in transcripts} == {1, 2}  # the steps of metrics.jsonl
     assert all("completion" in t and "reward" in t for t in transcripts)
-    for folder in ("checkpoint-1", "checkpoint-2", "final"):
+    # save_total_limit 1 (the default): the newest checkpoint alone, its weights final/'s file
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
+    assert (out / "final" / "model.safetensors").samefile(out / "checkpoint-2" /
+                                                          "model.safetensors")
+    for folder in ("checkpoint-2", "final"):
         card = json.loads((out / folder / "podium-conductor.json").read_text())
         assert [w["name"] for w in card["pool"]] == ["zero", "adder"]
         assert card["run"]["prompt"] == "router-test"
@@ -173,12 +177,14 @@ def test_a_run_prints_a_line_a_step_and_leaves_its_curve_best_and_one_card(train
         assert "reward" in line and "valid" in line and "s/step" in line and "held-out" in line
     assert "{'loss'" not in printed and "'reward'" not in printed  # TRL's dicts are off
     held = [m for m in metrics(out) if "heldout/accuracy" in m]
-    assert [m["step"] for m in held] == [1, 2] and all(0 <= m["heldout/accuracy"] <= 1
-                                                      for m in held)
+    # the untrained point first (step 0, on its own line), then the trained steps
+    assert [m["step"] for m in held] == [0, 1, 2] and all(0 <= m["heldout/accuracy"] <= 1
+                                                         for m in held)
+    assert "reward" not in held[0] and re.search(r"untrained: held-out [\d.]+%", printed)
     # 3 held-out questions: 1 to 3 different plans among those that parsed
     assert all(m["heldout/distinct_plans"] in (1, 2, 3) or m["heldout/valid"] == 0
                for m in held)
-    best = max(m["heldout/accuracy"] for m in held)
+    best = max(m["heldout/accuracy"] for m in held[1:])  # best/ keeps a trained step
     card = json.loads((out / "best" / "podium-conductor.json").read_text())
     assert card["heldout"]["best"] == best and card["heldout"]["n"] == 3
     newest = json.loads((out / "final" / "podium-conductor.json").read_text())["heldout"]
