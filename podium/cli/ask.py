@@ -45,7 +45,27 @@ async def _ask(question: str, pool_path: str | None, recursion: int | None,
                                     on_event=show.event if show else None)
 
 
-def run_ask(question: str, *, pool: str | None, recursion: int | None,
+ASK_HOW = ("pass it as text, podium ask \"What is 17 * 3?\", or on standard input, "
+           "echo \"What is 17 * 3?\" | podium ask")
+
+
+def read_question(question: str | None) -> str:
+    """The question: the argument when given, else standard input when it is not a terminal
+    (as `llm` reads a prompt); neither, or only blank text, is a ConfigError naming both."""
+    if question is None:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise ConfigError(f"No question was given: {ASK_HOW}.")
+        try:
+            question = sys.stdin.buffer.read().decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise ConfigError("The question on standard input is not UTF-8 text: "
+                              f"{ASK_HOW}.") from None
+    if not question.strip():
+        raise ConfigError(f"The question is empty: {ASK_HOW}.")
+    return question
+
+
+def run_ask(question: str | None, *, pool: str | None, recursion: int | None,
             workers: list[str] | None = None, no_cache: bool = False, trace: str | None,
             json_out: bool, verbose: bool, debug: bool, conductor: str | None = None,
             allow_pool_mismatch: bool = False, budget: float | None = None) -> int:
@@ -53,9 +73,7 @@ def run_ask(question: str, *, pool: str | None, recursion: int | None,
     out = output.console()
     show = None if json_out else output.LiveView(out, verbose=verbose)
     try:
-        if not question.strip():
-            raise ConfigError("The question is empty. Pass the question as text, e.g. "
-                              "podium ask \"What is 17 * 3?\".")
+        question = read_question(question)
         if trace:
             check_trace_path(trace)
         budget = parse_budget(budget, "--budget")

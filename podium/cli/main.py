@@ -6,6 +6,8 @@ import sys
 
 import typer
 
+from podium.cli.worker import worker_app  # its commands import their work lazily
+
 app = typer.Typer(
     name="podium",
     help="Run a Conductor: a small LLM that writes workflows for a team of worker LLMs.",
@@ -17,7 +19,7 @@ app = typer.Typer(
 
 CONDUCTOR_OPT = typer.Option(None, "--conductor", help="A trained Conductor: a podium train "
                              "checkpoint directory, a .gguf file, or an OpenAI-compatible "
-                             "URL[#MODEL].")
+                             "URL\\[#MODEL].")  # \\[: not rich markup
 MISMATCH_OPT = typer.Option(False, "--allow-pool-mismatch", help="Run a checkpoint with a pool "
                             "it was not trained on.")
 
@@ -46,7 +48,9 @@ def _root(
 
 @app.command()
 def ask(
-    question: str = typer.Argument(..., help="The question to answer."),
+    question: str = typer.Argument(None, show_default=False, help="The question to answer; "
+                                   "when left out, read from standard input (echo QUESTION "
+                                   "| podium ask)."),
     pool: str = typer.Option(None, "--pool", "-p", help="Pool file (TOML). Default: the "
                              "embedded SmolLM2 team, offline."),
     recursion: int = typer.Option(None, "--recursion", "-r", min=0, help="Recursive Conductor "
@@ -84,10 +88,13 @@ def ask(
 def eval_cmd(
     task: str = typer.Option(..., "--task", "-t", help="gsm8k, math500, mmlu, aime24, aime25, "
                              "humaneval, bigcodebench, bigcodebench-instruct, livecodebench, "
-                             "gpqa, rlpr, or jsonl:PATH."),
+                             "gpqa, rlpr, gym, or jsonl:PATH / csv:PATH / json:PATH "
+                             "(`podium tasks` lists them)."),
     system: str = typer.Option("conductor", "--system", "-s", help="conductor, single:W, "
-                               "moa, self-moa:W[:k], vote:W[:k], reflect:W[:k], "
-                               "pipeline[:P,E,V], random."),
+                               "moa[:W1,W2], self-moa:W[:k], vote:W[:k], reflect:W[:k], "
+                               "pipeline[:P,E,V], random (W: a worker name or index), or "
+                               "openai:URL[:MODEL] (any OpenAI-compatible model, e.g. "
+                               "podium serve's)."),
     n: int = typer.Option(None, "--n", min=1, help="Items to run (seeded sample); default all."),
     repeats: int = typer.Option(3, "--repeats", "-R", min=1, help="Runs of every item "
                                 "(the paper's 3; accuracy is reported as mean ± s.e.)."),
@@ -103,8 +110,10 @@ def eval_cmd(
     preset: str = typer.Option(None, "--preset", help="paper: the reference code's test "
                                "subsets and graders, comparable with the paper's Table 7."),
     seed: int = typer.Option(0, "--seed", help="Seed for the item sample."),
-    data_dir: str = typer.Option(None, "--data-dir", help="Benchmark data folder (default "
-                                 "$PODIUM_DATA_DIR; docs/evaluation.md, \"Data\")."),
+    data_dir: str = typer.Option(None, "--data-dir", help="Folder of offline benchmark files "
+                                 "(default $PODIUM_DATA_DIR; without either, the task's "
+                                 "dataset comes from the Hugging Face Hub at a pinned "
+                                 "revision; docs/evaluation.md, \"Data\")."),
     path: str = typer.Option(None, "--path", help="The task's data file, where it takes one "
                              "(livecodebench, gpqa, rlpr)."),
     task_option: list[str] = typer.Option(None, "--task-option", "--option", help="A task "
@@ -186,8 +195,9 @@ def train_cmd(
                                         "section.key=value (repeatable)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Build everything (data, policy, "
                                  "reward, trainer), print the plan, train nothing."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint "
-                                "in the output folder."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the output folder's run "
+                                "from its newest complete checkpoint (none: start at step 1, "
+                                "moving what an earlier attempt left into attempt-K/)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Train a Conductor with GRPO: rewards are the team's graded answers."""
@@ -306,6 +316,7 @@ def trace_view(
 
 pool_app = typer.Typer(help="Look at and check a pool file.", no_args_is_help=True)
 app.add_typer(pool_app, name="pool")
+app.add_typer(worker_app, name="worker")  # podium worker serve (podium/cli/worker.py)
 
 POOL_OPT = typer.Option(None, "--pool", "-p", help="Pool file (TOML). Default: the embedded "
                         "team.")

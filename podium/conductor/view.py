@@ -33,6 +33,9 @@ from podium.workflow.types import Workflow
 
 @dataclass(frozen=True)
 class PoolView:
+    """The workers one Conductor call is shown, as it is shown them (ids, and with a budget
+    each worker's affordable calls), and how those ids map back to pool indices."""
+
     entries: tuple[PoolEntry, ...]  # as shown to the Conductor
     to_pool: tuple[tuple[int, int], ...]  # (shown id, pool index)
     id_space: int  # parse ids against 0..id_space-1

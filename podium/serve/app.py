@@ -123,9 +123,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     async def trace(trace_id: str, owner: str | None = Depends(server.auth)) -> dict:
         data = await asyncio.to_thread(traces.read_as, trace_id, owner)
         if data is None:  # another key's trace is not found either: ids are not confirmed
-            raise ApiError(404, "No trace of this API key has that id (ids look like tr- and "
-                           "32 hex digits; the server keeps the newest traces only).",
-                           code="trace_not_found", param="trace_id")
+            raise no_trace(owner, "ids look like tr- and 32 hex digits; ")
         return data
 
     @app.get("/traces", response_class=HTMLResponse)
@@ -137,8 +135,7 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
                          owner: str | None = Depends(server.page_auth)) -> HTMLResponse:
         data = await asyncio.to_thread(traces.read_as, trace_id, owner)
         if data is None:
-            raise ApiError(404, "No trace of this API key has that id (the server keeps the "
-                           "newest traces only).", code="trace_not_found", param="trace_id")
+            raise no_trace(owner)
         return HTMLResponse(trace_page(data))
 
     # The two routes that run the pipeline: answered by PipelineRoutes, past the router and
@@ -152,6 +149,14 @@ def create_app(config: ServeConfig, pipeline: Pipeline) -> FastAPI:
     # added last: the outermost, so it sees (and counts) every request
     app.add_middleware(AccessLog, metrics=server.metrics)
     return app
+
+
+def no_trace(owner: str | None, hint: str = "") -> ApiError:
+    """The 404 for a trace id that is not there for `owner`: on a server with keys, the key
+    that asked (None: a server without keys, where every trace is everyone's)."""
+    whose = "No trace has" if owner is None else "No trace of this API key has"
+    return ApiError(404, f"{whose} that id ({hint}the server keeps the newest traces only).",
+                    code="trace_not_found", param="trace_id")
 
 
 def _without_slash(app: Any, request: Request) -> str | None:

@@ -44,6 +44,10 @@ MODEL = "podium"
 
 @dataclass(frozen=True)
 class ServeConfig:
+    """What `podium serve`'s flags set: the API keys (none: the server takes no key), the
+    runs in flight at once (past them a 429), the body's size limit, the trace folder and
+    how many traces it keeps, and the pass-through models."""
+
     keys: tuple[str, ...] = ()
     max_concurrency: int = 4
     max_request_bytes: int = 1_000_000

@@ -54,6 +54,10 @@ def _field(reader: Any, key: str) -> Any:
 
 def export_gguf(checkpoint: str | Path, out: str | Path, *, like: str | Path | None = None,
                 dtype: Literal["f32", "f16"] = "f16") -> Path:
+    """Write `checkpoint` (a `podium train` folder) as the GGUF file `out`, with its card
+    beside it, copying every key but the weights from `like` (default: the bundled
+    SmolLM2 GGUF); return `out`. A `ConfigError` names a checkpoint that cannot be
+    exported."""
     import gguf
     from transformers import AutoConfig
 
