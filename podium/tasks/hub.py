@@ -91,7 +91,8 @@ def _check_revision(dataset: Any, source: HubSource, split: str, task: str,
 
 
 def _failure(source: HubSource, split: str, task: str, offline_fix: str, reason: str) -> str:
-    online = "connect to the Hugging Face Hub once (the copy is then cached in $HF_HOME)"
+    online = ("connect to the Hugging Face Hub once (the copy is then cached in $HF_HOME; "
+              "HF_HUB_OFFLINE=1 then reads the cache without trying the network)")
     if source.gated:
         online = (f"accept the dataset's terms at https://huggingface.co/datasets/{source.repo}, "
                   "log in with `hf auth login` (or set HF_TOKEN) and connect once")
