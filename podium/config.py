@@ -140,6 +140,9 @@ class ModelSpec(_Frozen):
     description: str = Field("", description="Shown to the Conductor only with "
                              "pool_display='descriptions'.")
     price: Price | None = None
+    tools: bool = Field(False, description="This worker may act with the client's tools (the "
+                        "step that writes the answer of a request with tools calls them); "
+                        "backends openai, anthropic, gemini and function only.")
 
     @field_validator("name")
     @classmethod
@@ -356,6 +359,11 @@ def _check_backend_fields(spec: ModelSpec, source: str) -> None:
                           "no model. Set model to a checkpoint directory (e.g. "
                           "runs/train/NAME/final).")
     _check_prefill_fields(spec, source)
+    if spec.tools and spec.backend in ("embedded", "transformers"):
+        raise ConfigError(f"Model {spec.name!r} in {source} sets tools = true, but backend "
+                          f"{spec.backend!r} cannot call tools (its chat format has no tool "
+                          "calls). Remove tools for it, or set it on a worker with backend "
+                          "openai, anthropic, gemini or function.")
 
 
 def _check_prefill_fields(spec: ModelSpec, source: str) -> None:

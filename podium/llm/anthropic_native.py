@@ -23,6 +23,14 @@ How podium's messages and settings map onto the API:
   below `max_tokens`. Thinking blocks are left out of the text; the thinking-token count, when
   the API reports it (`usage.output_tokens_details.thinking_tokens`), becomes
   `reasoning_tokens`.
+- Tools: each `Tool` becomes a `tools` entry (`name`, `description`, `input_schema`, and
+  `strict` when set); `tool_choice` auto, none, required and a named tool become `{type:
+  auto}`, `{type: none}`, `{type: any}` and `{type: tool, name}`, and `parallel_tool_calls =
+  false` adds `disable_parallel_tool_use`. An assistant message's `tool_calls` become
+  `tool_use` blocks after its text (arguments parsed: the API takes an object), and each run
+  of `tool` messages one user turn of `tool_result` blocks. The reply's `tool_use` blocks come
+  back as `ToolCall`s (their `input` written as JSON text); its `stop_reason` (`tool_use`) is
+  the finish reason.
 - `stop` becomes `stop_sequences`; `extra_body` is merged into the request body verbatim.
 - `temperature` and `top_p` are NOT sent. The installed SDK (2.x) pins API version
   2026-10-21, which answers 400 to `temperature`, `top_p` or `top_k` at any value (the SDK no
@@ -41,8 +49,10 @@ How podium's messages and settings map onto the API:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from podium.config import ModelSpec
@@ -60,6 +70,7 @@ from podium.llm.base import (
     split_system,
 )
 from podium.llm.errors import deadline_error, provider_error, sdk_error_kind
+from podium.llm.tools import Named, Tool, ToolCall, ToolChoice, arguments_object
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +124,61 @@ def _label(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _turns(messages: list[Message]) -> list[dict[str, Any]]:
+    """The Messages API turns of podium's (system messages already taken out)."""
+    turns: list[dict[str, Any]] = []
+    for m in messages:
+        if m.get("role") == "tool":
+            block = {"type": "tool_result", "tool_use_id": m.get("tool_call_id") or "",
+                     "content": m.get("content") or ""}
+            last = turns[-1] if turns else None
+            if last is not None and last["role"] == "user" and isinstance(
+                    last["content"], list) and last["content"][-1]["type"] == "tool_result":
+                last["content"].append(block)  # one user turn answers all of a turn's calls
+            else:
+                turns.append({"role": "user", "content": [block]})
+        elif m.get("role") == "assistant" and m.get("tool_calls"):
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": m["content"]}] \
+                if m.get("content") else []
+            blocks += [{"type": "tool_use", "id": call["id"], "name": call["function"]["name"],
+                        "input": arguments_object(call)} for call in m["tool_calls"]]
+            turns.append({"role": "assistant", "content": blocks})
+        else:
+            turns.append({"role": m["role"], "content": m.get("content") or ""})
+    return turns
+
+
+def tool_fields(tools: Sequence[Tool] | None, choice: ToolChoice | None,
+                parallel: bool | None) -> dict[str, Any]:
+    """The request's `tools` and `tool_choice` (see the module's mapping)."""
+    fields: dict[str, Any] = {}
+    if tools is not None:
+        fields["tools"] = [{"name": t.name, "input_schema": t.parameters,
+                            **({"description": t.description} if t.description else {}),
+                            **({"strict": t.strict} if t.strict is not None else {})}
+                           for t in tools]
+    picked: dict[str, Any] | None = None
+    if isinstance(choice, Named):
+        picked = {"type": "tool", "name": choice.name}
+    elif choice is not None:
+        picked = {"type": {"required": "any"}.get(choice, choice)}
+    if parallel is False and (picked or {}).get("type") != "none":
+        picked = {**(picked or {"type": "auto"}), "disable_parallel_tool_use": True}
+    if picked is not None:
+        fields["tool_choice"] = picked
+    return fields
+
+
+def _tool_call(block: Any) -> ToolCall:
+    """A `tool_use` block as a call (a WorkerError, through `checked_reply`, when broken)."""
+    arguments = getattr(block, "input", None)
+    fields: dict[str, Any] = {"id": getattr(block, "id", None),
+                              "name": getattr(block, "name", None),
+                              "arguments": json.dumps(arguments, ensure_ascii=False)
+                              if isinstance(arguments, dict) else arguments}
+    return ToolCall(**fields)
+
+
 class AnthropicClient(NoGrammar):
     """A worker or Conductor served by Anthropic's Messages API."""
 
@@ -153,8 +219,8 @@ class AnthropicClient(NoGrammar):
         was dropped. Of `sampling`, `stop` and `max_tokens` are sent (see above)."""
         s = applied(self.spec, sampling)
         system, others = split_system(messages)
-        turns = [{"role": m["role"], "content": m.get("content", "")} for m in others]
-        rest, prefill = split_prefill(turns)
+        history, prefill = split_prefill(others)
+        rest = _turns(history)
         mode: PrefillMode = "none"
         dropped = False
         prefill = (prefill or "").rstrip()  # an empty prefill is no prefill
@@ -177,10 +243,17 @@ class AnthropicClient(NoGrammar):
             body["extra_body"] = dict(s.extra_body)
         return body, mode, dropped
 
+    @property
+    def supports_tools(self) -> bool:
+        return True
+
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
+                   sample_id: int | str = 0, sampling: Sampling | None = None,
+                   tools: Sequence[Tool] | None = None, tool_choice: ToolChoice | None = None,
+                   parallel_tool_calls: bool | None = None) -> ChatResponse:
         self.refuse_grammar(grammar)
         body, mode, dropped = self._request(messages, sampling)
+        body.update(tool_fields(tools, tool_choice, parallel_tool_calls))
         start = time.perf_counter()
         try:
             async with asyncio.timeout(self.spec.timeout_s):  # the whole call (see timeout_s)
@@ -193,12 +266,15 @@ class AnthropicClient(NoGrammar):
         latency = time.perf_counter() - start
         texts = [getattr(block, "text", "") for block in resp.content or []
                  if getattr(block, "type", None) == "text"]
+        calls = tuple(_tool_call(block) for block in resp.content or []
+                      if getattr(block, "type", None) == "tool_use")
         extra: dict[str, Any] = {"message_id": _label(resp.id)}
         if dropped:
             extra["prefill_dropped"] = True
         return checked_reply(
             self.name, "Anthropic",
             text="".join(texts) if all(isinstance(t, str) for t in texts) else texts,
+            tool_calls=calls,
             **_tokens(resp.usage),
             finish_reason=_label(resp.stop_reason),
             latency_s=latency,

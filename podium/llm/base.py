@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import email.utils
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from podium.errors import ConfigError, WorkerError
+from podium.llm.tools import Tool, ToolCall, ToolChoice
 from podium.redact import scrub, scrub_all
 
 if TYPE_CHECKING:
     from podium.config import ModelSpec
 
-Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
+# One chat message, in OpenAI Chat Completions' shape: {"role": "system" | "user" |
+# "assistant", "content": str}; an assistant message may carry "tool_calls" (its content then
+# may be None) and a {"role": "tool", "tool_call_id": str, "content": str} message answers
+# one of them (see podium.llm.tools).
+Message = dict[str, Any]
 
 # How a backend treated a trailing assistant message ("prefill"):
 #   continued   the model continued the text (a true prefill)
@@ -64,10 +69,12 @@ class ChatResponse:
     retries: tuple[dict[str, Any], ...] = ()  # failed attempts before this one (kind, wait_s, ...)
     cache_hit: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    tool_calls: tuple[ToolCall, ...] = ()  # the tools the model called (`text` may be "")
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise InvalidReply(f"its text is {type(self.text).__name__}, not a string")
+        calls = tuple(_checked_call(call) for call in self.tool_calls)
         for name in ("prompt_tokens", "completion_tokens", "reasoning_tokens"):
             _check_count(name, getattr(self, name), optional=name == "reasoning_tokens")
         for name in ("model", "finish_reason", "request_id"):
@@ -77,6 +84,9 @@ class ChatResponse:
         set_field = object.__setattr__
         set_field(self, "text", scrub(self.text))  # a reply never carries a registered key on
         set_field(self, "model", scrub(self.model))
+        set_field(self, "tool_calls", tuple(
+            replace(c, id=scrub(c.id), name=scrub(c.name), arguments=scrub(c.arguments))
+            for c in calls))
         for name in ("finish_reason", "request_id"):
             if getattr(self, name) is not None:
                 set_field(self, name, scrub(getattr(self, name)))
@@ -90,10 +100,21 @@ class ChatResponse:
         return self.prompt_tokens + self.completion_tokens
 
 
+def _checked_call(call: Any) -> ToolCall:
+    if not isinstance(call, ToolCall):
+        raise InvalidReply(f"a tool call is {type(call).__name__}, not a ToolCall")
+    for name in ("id", "name", "arguments"):
+        if not isinstance(getattr(call, name), str):
+            raise InvalidReply(f"a tool call's {name} is {type(getattr(call, name)).__name__}, "
+                               "not a string")
+    return call
+
+
 def checked_reply(worker: str, vendor: str, **fields: Any) -> ChatResponse:
     """The `ChatResponse` of `fields`, read from `vendor`'s reply; a `WorkerError` of kind
     `server` (the worker's fault, retried) when they break its rules: text that is not a
-    string, token counts that are negative, fractional, not finite or not numbers."""
+    string, token counts that are negative, fractional, not finite or not numbers, tool
+    calls whose id, name or arguments are not strings."""
     try:
         return ChatResponse(**fields)
     except InvalidReply as exc:
@@ -153,7 +174,9 @@ class ChatClient(Protocol):
     name: str
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
+                   sample_id: int | str = 0, sampling: Sampling | None = None,
+                   tools: Sequence[Tool] | None = None, tool_choice: ToolChoice | None = None,
+                   parallel_tool_calls: bool | None = None) -> ChatResponse:
         """Generate one reply. `grammar` is a GBNF grammar the reply must follow; backends
         that cannot constrain decoding raise `ConfigError` when one is given. `sample_id`
         tells repeated samples of the same request apart (the response cache keys on it);
@@ -165,16 +188,25 @@ class ChatClient(Protocol):
         A client whose `streams` attribute is true also takes `on_text`, a `TextSink` it
         calls with each piece of the reply's text as the model writes it (the returned
         response still holds the whole text); the executor passes it only to such clients,
-        for the step whose reply is the answer."""
+        for the step whose reply is the answer.
+
+        `tools` are the functions the model may call, `tool_choice` whether and which it
+        must call, `parallel_tool_calls` whether it may make several calls at once; each is
+        passed only when set (`podium.llm.tools.tools_kw`), and only to a client whose
+        `supports_tools` is true: a backend that cannot take tools raises `ConfigError` when
+        given them. The calls come back on the reply's `tool_calls`."""
         ...
 
     @property
     def supports_grammar(self) -> bool: ...
 
+    @property
+    def supports_tools(self) -> bool: ...
+
 
 class ClientWrapper:
     """Base of the layers stacked on a backend (cache, reliability): delegates the name,
-    grammar support and closing to the wrapped client."""
+    grammar and tool support, streaming and closing to the wrapped client."""
 
     def __init__(self, inner: ChatClient) -> None:
         self.inner = inner
@@ -183,6 +215,10 @@ class ClientWrapper:
     @property
     def supports_grammar(self) -> bool:
         return self.inner.supports_grammar
+
+    @property
+    def supports_tools(self) -> bool:
+        return bool(getattr(self.inner, "supports_tools", False))
 
     @property
     def streams(self) -> bool:
@@ -233,9 +269,11 @@ def split_system(messages: list[Message]) -> tuple[str, list[Message]]:
 
 
 def split_prefill(messages: list[Message]) -> tuple[list[Message], str | None]:
-    """Separate a trailing assistant message (the prefill) from the rest."""
-    if messages and messages[-1].get("role") == "assistant":
-        return messages[:-1], messages[-1].get("content", "")
+    """Separate a trailing assistant message (the prefill) from the rest (one with tool
+    calls is no prefill)."""
+    if messages and messages[-1].get("role") == "assistant" \
+            and not messages[-1].get("tool_calls"):
+        return messages[:-1], messages[-1].get("content") or ""
     return messages, None
 
 

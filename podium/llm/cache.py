@@ -1,7 +1,8 @@
 """An on-disk response cache (SQLite), so that re-running a question repeats no paid call.
 
 The key rule: a call is keyed by WHAT is asked, never by WHERE or by WHOM. `cache_key` hashes
-the backend, model, messages, sampling settings, grammar and `sample_id`; it leaves out
+the backend, model, messages, sampling settings, grammar, `sample_id` and, when a call has
+them, its tools, tool choice and `parallel_tool_calls`; it leaves out
 base_url, api_key_env, name, price, description, timeouts, retries and concurrency, so a model
 moved to another endpoint or renamed keeps its cache. Workers with the same model and sampling
 settings share entries (same request, same answer distribution); `sample_id` keeps the G
@@ -25,6 +26,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,7 @@ from podium.llm.base import (
     sampling_kw,
     stream_kw,
 )
+from podium.llm.tools import Tool, ToolCall, ToolChoice, tool_choice_openai, tools_kw
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +58,19 @@ _LOCK_TRIES = 8
 
 
 def cache_key(spec: ModelSpec, messages: list[Message] | list[dict], *, grammar: str | None,
-              sample_id: int | str) -> str:
+              sample_id: int | str, tools: Sequence[Tool] | None = None,
+              tool_choice: ToolChoice | None = None,
+              parallel_tool_calls: bool | None = None) -> str:
     """sha256 hex of the canonical JSON of everything that shapes the answer (see above)."""
     material: dict[str, Any] = {"v": FORMAT_VERSION, "backend": spec.backend, "model": spec.model,
                                 "messages": messages, "grammar": grammar, "sample_id": sample_id}
+    # keyed only when given, so that the keys of calls without tools stay as they were
+    if tools is not None:
+        material["tools"] = [tool.openai() for tool in tools]
+    if tool_choice is not None:
+        material["tool_choice"] = tool_choice_openai(tool_choice)
+    if parallel_tool_calls is not None:
+        material["parallel_tool_calls"] = parallel_tool_calls
     material.update({k: getattr(spec, k) for k in _SAMPLING})
     if spec.prefill != "message":  # keyed only when set, so that earlier keys stay valid
         material.update(prefill=spec.prefill, chat_template=spec.chat_template)
@@ -159,8 +171,11 @@ class ResponseCache:
                 "SELECT response FROM responses WHERE key = ?", (key,)).fetchone())
             if row is None:
                 return None
-            fields = {k: v for k, v in json.loads(row[0]).items() if k in _STORED}
-            return ChatResponse(**fields, cache_hit=True, latency_s=0.0, retries=())
+            stored = json.loads(row[0])
+            fields = {k: v for k, v in stored.items() if k in _STORED}
+            calls = tuple(ToolCall(**call) for call in stored.get("tool_calls") or [])
+            return ChatResponse(**fields, tool_calls=calls, cache_hit=True, latency_s=0.0,
+                                retries=())
         except (sqlite3.DatabaseError, ValueError, TypeError) as e:  # a miss, never a crash
             log.warning("response cache %s: read failed (%s); treating as a miss", self.path, e)
             return None
@@ -168,7 +183,10 @@ class ResponseCache:
     def put(self, key: str, response: ChatResponse) -> None:
         """Store a response; the first writer of a key wins. Never raises on cache trouble."""
         try:
-            blob = json.dumps({k: getattr(response, k) for k in _STORED}, ensure_ascii=False)
+            stored = {k: getattr(response, k) for k in _STORED}
+            if response.tool_calls:
+                stored["tool_calls"] = [dataclasses.asdict(c) for c in response.tool_calls]
+            blob = json.dumps(stored, ensure_ascii=False)
         except (TypeError, ValueError) as e:
             log.warning("response cache: not storing a reply whose extra is not JSON (%s)", e)
             return
@@ -205,11 +223,14 @@ class CachedClient(ClientWrapper):
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
                    sample_id: int | str = 0, sampling: Sampling | None = None,
-                   on_text: TextSink | None = None) -> ChatResponse:
+                   on_text: TextSink | None = None, tools: Sequence[Tool] | None = None,
+                   tool_choice: ToolChoice | None = None,
+                   parallel_tool_calls: bool | None = None) -> ChatResponse:
         """The cached reply (whole: nothing is streamed into `on_text`), or the model's,
         streamed into `on_text` as it comes."""
+        given = tools_kw(tools, tool_choice, parallel_tool_calls)
         key = cache_key(applied(self.spec, sampling), messages, grammar=grammar,
-                        sample_id=sample_id)
+                        sample_id=sample_id, **given)
         slot = (asyncio.get_running_loop(), key)
         pending = self._inflight.get(slot)
         if pending is not None:  # the same request is in flight: share its cached reply
@@ -217,7 +238,7 @@ class CachedClient(ClientWrapper):
             if shared is not None:
                 return shared
             return (await self._call(key, messages, grammar, sample_id, sampling,
-                                     on_text))[0]
+                                     on_text, given))[0]
         fut: asyncio.Future = slot[0].create_future()
         self._inflight[slot] = fut
         shared = None
@@ -226,7 +247,7 @@ class CachedClient(ClientWrapper):
             if shared is not None:
                 return shared
             resp, shared = await self._call(key, messages, grammar, sample_id, sampling,
-                                            on_text)
+                                            on_text, given)
             return resp
         finally:
             del self._inflight[slot]
@@ -234,12 +255,14 @@ class CachedClient(ClientWrapper):
                 fut.set_result(shared)
 
     async def _call(self, key: str, messages: list[Message], grammar: str | None,
-                    sample_id: int | str, sampling: Sampling | None, on_text: TextSink | None
-                    ) -> tuple[ChatResponse, ChatResponse | None]:
-        """Ask the model; store a non-empty reply. Returns it and its hit copy (if stored)."""
+                    sample_id: int | str, sampling: Sampling | None, on_text: TextSink | None,
+                    given: dict[str, Any]) -> tuple[ChatResponse, ChatResponse | None]:
+        """Ask the model; store a non-empty reply (text or tool calls). Returns it and its
+        hit copy (if stored)."""
         resp = await self.inner.chat(messages, grammar=grammar, sample_id=sample_id,
-                                     **sampling_kw(sampling), **stream_kw(self.inner, on_text))
-        if not resp.text or resp.cache_hit:
+                                     **sampling_kw(sampling), **stream_kw(self.inner, on_text),
+                                     **given)
+        if not (resp.text or resp.tool_calls) or resp.cache_hit:
             return resp, None
         await asyncio.to_thread(self.cache.put, key, resp)
         return resp, dataclasses.replace(resp, cache_hit=True, latency_s=0.0, retries=())

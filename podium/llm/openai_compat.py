@@ -25,12 +25,19 @@ path a call; with fast workers that was about half of a busy `podium serve`'s CP
 true` with `stream_options.include_usage`, its SSE parser) on either transport, and each text
 delta is passed on as it arrives; the usage comes from the stream's last chunk.
 
+**Tools.** `tools`, `tool_choice` and `parallel_tool_calls` are sent as Chat Completions
+fields, and the conversation as it is (an assistant message with `tool_calls`, `tool`
+messages). The reply's `message.tool_calls` become `ToolCall`s, arguments as the model wrote
+them; streamed, the calls' deltas are joined by their `index` (the id and name from the first,
+the arguments piece by piece; only text goes to `on_text`).
+
 **A hostile or broken endpoint** is the worker's fault, never podium's: `timeout_s` bounds
 the whole call (connecting, sending, and the whole reply however slowly it drips in, streamed
-or not); a reply is read up to `max_reply_bytes` once decoded (a streamed one: its text), and
-past it is a `WorkerError`; a reply is read as strict JSON (NaN, Infinity and nesting too deep
-to read are bad JSON); and what it holds must be a reply (`checked_reply`: text that is a
-string, token counts that are non-negative integers). Each is a `WorkerError` of kind `server`
+or not); a reply is read up to `max_reply_bytes` once decoded (a streamed one: its text and
+tool-call arguments), and past it is a `WorkerError`; a reply is read as strict JSON (NaN,
+Infinity and nesting too deep to read are bad JSON); and what it holds must be a reply
+(`checked_reply`: text that is a string, token counts that are non-negative integers, tool
+calls with string ids, names and arguments). Each is a `WorkerError` of kind `server`
 (or `transport` for the deadline), retried. The error bodies the openai SDK reads itself (an
 error status on transport `openai-sdk`) are bounded by `timeout_s` only.
 
@@ -47,6 +54,7 @@ import os
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -65,9 +73,11 @@ from podium.llm.base import (
     applied,
     checked_reply,
     retry_after,
+    split_prefill,
 )
 from podium.llm.chat_template import load_chat_template
 from podium.llm.errors import deadline_error, provider_error, sdk_error_kind, status_kind
+from podium.llm.tools import Tool, ToolCall, ToolChoice, tool_choice_openai
 from podium.redact import clip, safe_url, url_credentials
 
 # headers the openai SDK adds from the environment, sent the same way here
@@ -185,6 +195,49 @@ def _first_choice(worker: str, data: Any, path: str) -> dict[str, Any]:
     return choice
 
 
+def _tool_calls(worker: str, entries: Any) -> tuple[ToolCall, ...]:
+    """The calls of a reply message's `tool_calls` (none when it has none); a WorkerError
+    (retried) when they are not tool calls."""
+    if entries is None:
+        return ()
+    try:
+        if not isinstance(entries, list):
+            raise ValueError(f"tool_calls is {type(entries).__name__}, not a list")
+        return tuple(ToolCall.from_openai(entry) for entry in entries)
+    except ValueError as exc:
+        raise WorkerError(worker, "server", f"the endpoint sent broken tool calls: "
+                          f"{clip(str(exc), 120)}") from None
+
+
+class _StreamedCalls:
+    """Tool calls as a stream sends them: deltas joined by their `index`."""
+
+    def __init__(self, worker: str) -> None:
+        self.worker = worker
+        self._calls: dict[int, dict[str, Any]] = {}
+        self.size = 0  # characters of arguments so far
+
+    def add(self, deltas: Any) -> None:
+        for delta in deltas if isinstance(deltas, list) else [deltas]:
+            index = delta.get("index") if isinstance(delta, dict) else None
+            if not isinstance(index, int):
+                raise WorkerError(self.worker, "server", "the endpoint sent a broken stream: a "
+                                  "tool call delta without an index")
+            call = self._calls.setdefault(index, {"id": "", "name": "", "arguments": []})
+            function = _fields(delta.get("function"))
+            for key, value in (("id", delta.get("id")), ("name", function.get("name"))):
+                if isinstance(value, str) and value:
+                    call[key] = call[key] or value
+            piece = function.get("arguments")
+            if isinstance(piece, str):
+                call["arguments"].append(piece)
+                self.size += len(piece)
+
+    def calls(self) -> tuple[ToolCall, ...]:
+        return tuple(ToolCall(id=c["id"], name=c["name"], arguments="".join(c["arguments"]))
+                     for _, c in sorted(self._calls.items()))
+
+
 def _too_big(worker: str, limit: int) -> WorkerError:
     return WorkerError(worker, "server", f"the endpoint's reply is larger than max_reply_bytes "
                        f"= {limit} bytes (decoded); it was cut off there. Raise "
@@ -295,15 +348,21 @@ class OpenAICompatClient:
     def supports_grammar(self) -> bool:
         return self.spec.grammar_style is not None
 
+    @property
+    def supports_tools(self) -> bool:
+        return True
+
     def _request(self, messages: list[Message], grammar: str | None,
-                 sampling: Sampling | None = None) -> dict[str, Any]:
+                 sampling: Sampling | None = None, tools: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
         """The request body. Provider quirks come from the pool entry's profile settings:
         `max_tokens_param` (max_completion_tokens for OpenAI reasoning models),
         `reasoning_effort`, `thinking` (Qwen3-style chat_template_kwargs.enable_thinking) and,
         when the last message is an assistant prefill, `prefill`: `continue` adds vLLM's
         continue_final_message/add_generation_prompt fields, `completions` makes it a
         `/v1/completions` body whose `prompt` is the rendered chat template plus the prefill.
-        `sampling` is this call's sampling over the pool entry's."""
+        `sampling` is this call's sampling over the pool entry's; `tools` the call's tool
+        fields, in wire form."""
         s = applied(self.spec, sampling)
         body: dict[str, Any] = {"model": s.model, "messages": messages}
         for key in ("temperature", "top_p", "stop", "seed", "reasoning_effort"):
@@ -327,7 +386,8 @@ class OpenAICompatClient:
                     f"Model {s.name!r} cannot take a grammar: set grammar_style = \"llama_cpp\" "
                     "or \"vllm\" for it in the pool file, or set constrained = false."
                 )
-        prefilled = bool(messages) and messages[-1]["role"] == "assistant"
+        body.update(tools or {})
+        prefilled = split_prefill(messages)[1] is not None
         if prefilled and s.prefill == "continue":
             extra["continue_final_message"] = True
             extra["add_generation_prompt"] = False
@@ -342,7 +402,7 @@ class OpenAICompatClient:
         return {**body, **extra}  # the wire body: extra fields sit beside the standard ones
 
     def _prefill_mode(self, messages: list[Message]) -> PrefillMode:
-        if not messages or messages[-1]["role"] != "assistant":
+        if split_prefill(messages)[1] is None:
             return "none"
         if self.spec.prefill != "message" or self.spec.extra_body.get("continue_final_message"):
             return "continued"
@@ -350,8 +410,17 @@ class OpenAICompatClient:
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
                    sample_id: int | str = 0, sampling: Sampling | None = None,
-                   on_text: TextSink | None = None) -> ChatResponse:
-        body = self._request(messages, grammar, sampling)
+                   on_text: TextSink | None = None, tools: Sequence[Tool] | None = None,
+                   tool_choice: ToolChoice | None = None,
+                   parallel_tool_calls: bool | None = None) -> ChatResponse:
+        wire: dict[str, Any] = {}
+        if tools is not None:
+            wire["tools"] = [tool.openai() for tool in tools]
+        if tool_choice is not None:
+            wire["tool_choice"] = tool_choice_openai(tool_choice)
+        if parallel_tool_calls is not None:
+            wire["parallel_tool_calls"] = parallel_tool_calls
+        body = self._request(messages, grammar, sampling, wire)
         # a `prompt` body is a prefill to continue on /completions (`prefill = "completions"`)
         path = "/completions" if "prompt" in body else "/chat/completions"
         answered: list[bool] = []  # the reply's status and headers came
@@ -381,11 +450,12 @@ class OpenAICompatClient:
                               f"valid JSON ({clip(str(exc), 120)}): cut off, or broken; asking "
                               "again may work") from None
         choice = _first_choice(self.name, data, path)
-        text = choice.get("text") if "prompt" in body else _fields(choice.get("message")).get(
-            "content")
+        message = _fields(choice.get("message"))
+        text = choice.get("text") if "prompt" in body else message.get("content")
         return checked_reply(
             self.name, "the endpoint",
             text="" if text is None else text,
+            tool_calls=_tool_calls(self.name, message.get("tool_calls")),
             **_usage(_fields(data.get("usage"))),
             finish_reason=_label(choice.get("finish_reason")),
             latency_s=latency,
@@ -402,6 +472,7 @@ class OpenAICompatClient:
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         start = time.perf_counter()
         pieces: list[str] = []
+        calls = _StreamedCalls(self.name)
         usage: dict[str, Any] = {}
         finish = model = rid = None
         try:
@@ -428,16 +499,19 @@ class OpenAICompatClient:
                 for choice in chunk.get("choices") or []:
                     if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                         continue
-                    text = (choice.get("text") if "prompt" in body
-                            else _fields(choice.get("delta")).get("content"))
+                    delta = _fields(choice.get("delta"))
+                    text = choice.get("text") if "prompt" in body else delta.get("content")
+                    if delta.get("tool_calls") is not None:
+                        calls.add(delta["tool_calls"])
                     if text is not None and not isinstance(text, str):
                         raise WorkerError(self.name, "server", "the endpoint sent a broken "
                                           f"stream: a piece of text is {type(text).__name__}, "
                                           "not a string")
                     if text:
                         size += len(text)
-                        if size > self.spec.max_reply_bytes:
-                            raise _too_big(self.name, self.spec.max_reply_bytes)
+                    if size + calls.size > self.spec.max_reply_bytes:
+                        raise _too_big(self.name, self.spec.max_reply_bytes)
+                    if text:
                         pieces.append(text)
                         on_text(text)
                     finish = _label(choice.get("finish_reason")) or finish
@@ -453,6 +527,7 @@ class OpenAICompatClient:
         return checked_reply(
             self.name, "the endpoint",
             text="".join(pieces),
+            tool_calls=calls.calls(),
             **_usage(usage),
             finish_reason=finish,
             latency_s=time.perf_counter() - start,

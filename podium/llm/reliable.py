@@ -21,7 +21,7 @@ import dataclasses
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from podium.config import ModelSpec
@@ -37,6 +37,7 @@ from podium.llm.base import (
     sampling_kw,
     stream_kw,
 )
+from podium.llm.tools import Tool, ToolChoice, tools_kw
 
 WINDOW_S = 60.0
 MAX_RETRY_AFTER_S = 120.0  # a server's Retry-After is honoured up to this long
@@ -140,10 +141,13 @@ class ReliableClient(ClientWrapper):
 
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
                    sample_id: int | str = 0, sampling: Sampling | None = None,
-                   on_text: TextSink | None = None) -> ChatResponse:
+                   on_text: TextSink | None = None, tools: Sequence[Tool] | None = None,
+                   tool_choice: ToolChoice | None = None,
+                   parallel_tool_calls: bool | None = None) -> ChatResponse:
         """The reply, after as many retries as the model's settings allow. A streamed reply
         (`on_text`) is retried only while none of its text has been passed on: text already
-        sent cannot be taken back, so a call that fails after it raises."""
+        sent cannot be taken back, so a call that fails after it raises. A reply with tool
+        calls and no text is not empty."""
         est = estimate_tokens(messages, applied(self.spec, sampling).max_tokens)
         records: list[dict[str, Any]] = []
         errors = empties = 0  # retries used on failures, re-asks used on empty replies
@@ -161,7 +165,8 @@ class ReliableClient(ClientWrapper):
             try:
                 resp = await self.inner.chat(
                     messages, grammar=grammar, sample_id=sample_id, **sampling_kw(sampling),
-                    **stream_kw(self.inner, passed_on if on_text is not None else None))
+                    **stream_kw(self.inner, passed_on if on_text is not None else None),
+                    **tools_kw(tools, tool_choice, parallel_tool_calls))
             except WorkerError as exc:
                 error = exc
             except TimeoutError:
@@ -170,7 +175,8 @@ class ReliableClient(ClientWrapper):
             else:
                 if self.limiter is not None:
                     self.limiter.settle(est, resp.total_tokens)
-                if resp.text.strip() or empties >= self.spec.empty_retries:
+                if resp.text.strip() or resp.tool_calls \
+                        or empties >= self.spec.empty_retries:
                     return dataclasses.replace(resp, retries=tuple(records))
                 empties += 1
                 wait = self.backoff(len(records))

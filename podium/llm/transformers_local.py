@@ -9,7 +9,8 @@ The prompt is rendered with the model's own chat template; a trailing assistant 
 true prefill (the template continues it), as in the embedded backend and in training. One
 loaded model is shared by every pool entry naming the same directory, and calls to it are
 serialised. A GBNF grammar (a constrained Conductor) is applied with xgrammar, as in training
-with `[rollout] constrained`, when xgrammar is installed (it is in the `train` extra).
+with `[rollout] constrained`, when xgrammar is installed (it is in the `train` extra). It
+takes no tools (`supports_tools` is false; given them, a `ConfigError`).
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import asyncio
 import importlib.util
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from podium.config import ModelSpec
 from podium.errors import ConfigError, WorkerError
 from podium.llm.base import ChatResponse, Message, NoGrammar, Sampling, applied
+from podium.llm.tools import Tool, ToolChoice, refuse_tools, tools_kw
 
 INSTALL = ("The transformers backend needs the `train` extra: pip install 'podium[train]' "
            "(torch, transformers).")
@@ -113,8 +116,16 @@ class TransformersClient(NoGrammar):
             latency_s=time.perf_counter() - start, model=Path(self._path).name,
             prefill="continued" if prefill else "none")
 
+    @property
+    def supports_tools(self) -> bool:
+        return False  # its chat format has no tool calls
+
     async def chat(self, messages: list[Message], *, grammar: str | None = None,
-                   sample_id: int | str = 0, sampling: Sampling | None = None) -> ChatResponse:
+                   sample_id: int | str = 0, sampling: Sampling | None = None,
+                   tools: Sequence[Tool] | None = None, tool_choice: ToolChoice | None = None,
+                   parallel_tool_calls: bool | None = None) -> ChatResponse:
+        if tools_kw(tools, tool_choice, parallel_tool_calls):
+            refuse_tools(self.name, self.spec.backend)
         if grammar is not None and not self.supports_grammar:
             self.refuse_grammar(grammar)
         try:

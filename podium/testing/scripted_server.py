@@ -29,9 +29,17 @@ Replies are deterministic. By default a reply echoes what the model was shown:
 `f"[{model}] " + <the last 60 characters of the last user message>`; a model listed in
 `reply_by_model` answers a fixed string instead. Token counts are whitespace-separated words.
 
+Tool calls: a model listed in `tool_calls_by_model` (model -> `[{"name": ..., "arguments":
+JSON text or an object}, ...]`) answers a request that declares those tools (`tools`) with
+calls to them, content null and `finish_reason: "tool_calls"` (only the named one under a
+named `tool_choice`, none under `"none"`, the first only with `parallel_tool_calls: false`;
+each call gets a new id), until the conversation ends with `tool` messages: then it answers in
+text, `f"[{model}] tool results: " + <their contents joined by " | ">`.
+
 Endpoints:
 
-    POST /v1/chat/completions   a non-streaming `chat.completion` (unknown body fields ignored)
+    POST /v1/chat/completions   a `chat.completion` (unknown body fields ignored); with
+                                `stream: true`, its SSE chunks (text and tool calls in pieces)
     GET  /v1/models             the configured model names, or ["scripted"]
     GET  /stats                 the statistics below, as JSON
     POST /reset                 clears the statistics and restarts the counted faults
@@ -44,7 +52,9 @@ Endpoints:
       "log": [{"model": str, "start_time": float, "end_time": float | null,
                "last_user_message": str, "status": int | null,
                "params": {every body field but messages},
-               "auth_fingerprint": str | null}, ...]
+               "auth_fingerprint": str | null,
+               "tool_messages": [the assistant messages with tool_calls and the tool
+                                 messages, as received]}, ...]
     }
 
 Times are `time.time()` seconds; `end_time` and `status` are null while a request is still in
@@ -66,6 +76,8 @@ or in the foreground:
     python -m podium.testing.scripted_server --port 8099 --latency 0.05 \\
         --config '{"latency_by_model": {"slow": 1.0}, "faults_by_model": {"bad": "429x2"},
                    "retry_after_by_model": {"bad": 0.2}, "reply_by_model": {"fixed": "hello"},
+                   "tool_calls_by_model": {"agent": [{"name": "get_weather",
+                                                      "arguments": {"city": "Oslo"}}]},
                    "models": ["a", "b"]}'
 """
 

@@ -10,18 +10,27 @@ port, and checks each request the way the real API would before answering it:
     whitespace), `system` as a string or a list of text blocks, `stop_sequences`, `thinking`
     (`budget_tokens` >= 1024 and below `max_tokens`; no assistant prefill with thinking on).
     Under `anthropic-version` 2026-10-21 or later, `temperature`, `top_p` and `top_k` are
-    rejected, as the API does. Answers a `message` object (a `thinking` block first when
-    thinking is on), with a `request-id` header.
+    rejected, as the API does. Tools: `tools` entries (`name`, `input_schema` of type object),
+    `tool_choice` (auto, any, none, or a declared tool), `tool_use` blocks in assistant turns
+    and `tool_result` blocks in the next user turn answering them. Answers a `message` object
+    (a `thinking` block first when thinking is on), with a `request-id` header; given tools,
+    and unless the conversation ends with tool results or `tool_choice` is none, a `tool_use`
+    block calling the chosen tool (the first, or the named one) with `tool_input`; after tool
+    results, text echoing them.
 
 `GeminiServer`, `POST /{version}/models/{model}:generateContent`:
     the key in `x-goog-api-key` (or `?key=`); a body with `contents` (roles user and model,
     text parts, ending on a user turn), optional `systemInstruction` and `generationConfig`
-    (only known fields, `thinkingConfig.thinkingBudget`); unknown fields are rejected as the
-    API does ("Invalid JSON payload received. Unknown name ..."). Like the API (proto3 JSON),
+    (only known fields, `thinkingConfig.thinkingBudget`), `tools` (function declarations)
+    and `toolConfig`; `functionCall` parts in model turns and `functionResponse` parts in user
+    turns; unknown fields are rejected as the API does ("Invalid JSON payload received. Unknown name ..."). Like the API (proto3 JSON),
     it takes field names in lowerCamelCase or in the proto's snake_case (google-genai 3.x
     sends `thinkingConfig` contents as `thinking_budget`, `include_thoughts`); the recorded
     `body` is normalised to lowerCamelCase and `raw_body` is what was sent. Answers
-    `candidates`, `usageMetadata` (with `thoughtsTokenCount` when thinking) and `responseId`.
+    `candidates`, `usageMetadata` (with `thoughtsTokenCount` when thinking) and `responseId`;
+    given function declarations (mode not NONE) and no function responses at the end, a
+    `functionCall` part (no id, as the API sends; with `thoughtSignature` when
+    `thought_signature` is set, which a later request must then send back with the call).
 
 Error modes are chosen by the model name's suffix:
 
@@ -69,6 +78,7 @@ class _Server:
     def __init__(self, api_key: str, reply: str = _DEFAULT_REPLY) -> None:
         self.api_key = api_key
         self.reply = reply
+        self.tool_input: dict[str, Any] = {"city": "Oslo", "unit": "celsius"}
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._running = InThreadServer(self.app(), name="vendor test server",
@@ -155,6 +165,68 @@ def _text_of(content: Any) -> str | None:
     return None
 
 
+def _blocks_text(message: dict[str, Any], where: str, previous: Any,
+                 problems: list[str]) -> str | None:
+    """A message's text, its tool blocks checked (`tool_use` in assistant turns, `tool_result`
+    in the user turn after, answering them); None when the content has the wrong shape."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return _text_of(content)
+    asked = {b.get("id") for b in previous.get("content") or [] if isinstance(b, dict)
+             and b.get("type") == "tool_use"} if isinstance(previous, dict) \
+        and isinstance(previous.get("content"), list) else set()
+    texts: list[str] = []
+    for j, block in enumerate(content):
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif kind == "tool_use" and message["role"] == "assistant":
+            if not (isinstance(block.get("id"), str) and isinstance(block.get("name"), str)
+                    and isinstance(block.get("input"), dict)):
+                problems.append(f"{where}.content.{j}: tool_use needs id, name and an input "
+                                "object")
+            texts.append("[tool_use]")
+        elif kind == "tool_result" and message["role"] == "user":
+            if block.get("tool_use_id") not in asked:
+                problems.append(f"{where}.content.{j}: unexpected `tool_use_id` found in "
+                                "`tool_result` blocks: each tool_result block must have a "
+                                "corresponding `tool_use` block in the previous message")
+            if _text_of(block.get("content", "")) is None:
+                problems.append(f"{where}.content.{j}.content: must be a string or text "
+                                "blocks")
+            texts.append("[tool_result]")
+        else:
+            return None
+    return "".join(texts)
+
+
+def _anthropic_tools(body: dict[str, Any]) -> list[str]:
+    problems: list[str] = []
+    tools = body.get("tools")
+    names = set()
+    for i, tool in enumerate(tools if isinstance(tools, list) else []):
+        schema = tool.get("input_schema") if isinstance(tool, dict) else None
+        if not (isinstance(tool.get("name"), str)
+                and re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", tool["name"])):
+            problems.append(f"tools.{i}.name: String should match pattern")
+        elif not isinstance(schema, dict) or schema.get("type") != "object":
+            problems.append(f"tools.{i}.input_schema.type: Input should be 'object'")
+        else:
+            names.add(tool["name"])
+    if tools is not None and not isinstance(tools, list):
+        problems.append("tools: Input should be a valid list")
+    choice = body.get("tool_choice")
+    if choice is not None:
+        kind = choice.get("type") if isinstance(choice, dict) else None
+        if kind not in ("auto", "any", "tool", "none"):
+            problems.append("tool_choice.type: must be 'auto', 'any', 'tool' or 'none'")
+        elif kind == "tool" and choice.get("name") not in names:
+            problems.append(f"tool_choice.name: Tool '{choice.get('name')}' not found in tools")
+        if set(choice) - {"type", "name", "disable_parallel_tool_use"}:
+            problems.append("tool_choice: Extra inputs are not permitted")
+    return problems
+
+
 class AnthropicServer(_Server):
     """The Messages API: `POST /v1/messages`."""
 
@@ -232,7 +304,8 @@ class AnthropicServer(_Server):
             if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
                 problems.append(f"messages.{i}.role: must be 'user' or 'assistant'")
                 continue
-            text = _text_of(m.get("content"))
+            previous = messages[i - 1] if i else None
+            text = _blocks_text(m, f"messages.{i}", previous, problems)
             final = i == len(messages) - 1
             if text is None:
                 problems.append(f"messages.{i}.content: must be a string or text blocks")
@@ -244,6 +317,7 @@ class AnthropicServer(_Server):
                                 "whitespace")
         if messages and isinstance(messages[0], dict) and messages[0].get("role") != "user":
             problems.append("messages.0.role: the first message must use the user role")
+        problems += _anthropic_tools(body)
         if "system" in body and _text_of(body["system"]) is None:
             problems.append("system: must be a string or a list of text blocks")
         stops = body.get("stop_sequences")
@@ -272,6 +346,18 @@ class AnthropicServer(_Server):
 
     def _answer(self, body: dict[str, Any]) -> JSONResponse:
         text, stop_reason, stop_sequence = self.reply, "end_turn", None
+        last = body["messages"][-1]["content"]
+        results = [b for b in last if b.get("type") == "tool_result"] \
+            if isinstance(last, list) else []
+        choice = body.get("tool_choice") or {"type": "auto"}
+        tool_use = None
+        if results:
+            text = "Tool said: " + " | ".join(_text_of(b.get("content")) or "" for b in results)
+        elif body.get("tools") and choice["type"] != "none":
+            name = choice["name"] if choice["type"] == "tool" else body["tools"][0]["name"]
+            text, stop_reason = "Let me check.", "tool_use"
+            tool_use = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}",
+                        "name": name, "input": self.tool_input}
         for seq in body.get("stop_sequences") or []:
             if seq in text:
                 text, stop_reason, stop_sequence = text[: text.index(seq)], "stop_sequence", seq
@@ -284,6 +370,8 @@ class AnthropicServer(_Server):
             content.append({"type": "thinking", "thinking": thought, "signature": "c2lnbmF0dXJl"})
             usage["output_tokens_details"] = {"thinking_tokens": thinking_tokens}
         content.append({"type": "text", "text": text, "citations": None})
+        if tool_use is not None:
+            content.append(tool_use)
         prompt = _text_of(body.get("system", "")) or ""
         prompt += " ".join(_text_of(m["content"]) or "" for m in body["messages"])
         usage.update({"input_tokens": _words(prompt), "output_tokens": _words(text)
@@ -335,12 +423,46 @@ def _parts_text(content: Any, where: str, problems: list[str]) -> str:
         problems.append(f"{where}.parts: must be a non-empty list")
         return ""
     texts = []
+    role = content.get("role")
     for j, part in enumerate(parts):
-        if not isinstance(part, dict) or not isinstance(part.get("text"), str):
-            problems.append(f"{where}.parts[{j}]: only text parts are expected")
+        call = part.get("functionCall") if isinstance(part, dict) else None
+        answer = part.get("functionResponse") if isinstance(part, dict) else None
+        if role == "model" and isinstance(call, dict):
+            if not isinstance(call.get("name"), str) or not isinstance(call.get("args"), dict):
+                problems.append(f"{where}.parts[{j}].functionCall: needs a name and args")
+        elif role == "user" and isinstance(answer, dict):
+            if not isinstance(answer.get("name"), str) or not answer["name"] \
+                    or not isinstance(answer.get("response"), dict):
+                problems.append(f"{where}.parts[{j}].functionResponse: needs a name and a "
+                                "response object")
+            texts.append(json.dumps(answer.get("response")))
+        elif not isinstance(part, dict) or not isinstance(part.get("text"), str):
+            problems.append(f"{where}.parts[{j}]: only text and function parts are expected")
         else:
             texts.append(part["text"])
     return "".join(texts)
+
+
+def _gemini_tools(body: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The problems of a request's `tools` and `toolConfig`, and the declared names."""
+    problems: list[str] = []
+    names: list[str] = []
+    for i, tool in enumerate(body.get("tools") or []):
+        for j, decl in enumerate(tool.get("functionDeclarations") or []):
+            if not isinstance(decl.get("name"), str) or set(decl) - {
+                    "name", "description", "parametersJsonSchema", "parameters"}:
+                problems.append(f"tools[{i}].functionDeclarations[{j}]: unexpected shape")
+            else:
+                names.append(decl["name"])
+    config = (body.get("toolConfig") or {}).get("functionCallingConfig")
+    if config is not None:
+        if config.get("mode") not in ("AUTO", "ANY", "NONE"):
+            problems.append("toolConfig.functionCallingConfig.mode: unknown mode")
+        allowed = config.get("allowedFunctionNames")
+        if allowed is not None and (config.get("mode") != "ANY" or set(allowed) - set(names)):
+            problems.append("toolConfig.functionCallingConfig.allowedFunctionNames: only with "
+                            "mode ANY, naming declared functions")
+    return problems, names
 
 
 class GeminiServer(_Server):
@@ -349,6 +471,7 @@ class GeminiServer(_Server):
     def __init__(self, api_key: str, reply: str = _DEFAULT_REPLY) -> None:
         super().__init__(api_key, reply)
         self.thought_parts = False  # add a thought part to replies even without includeThoughts
+        self.thought_signature: str | None = None  # base64, on the function calls it makes
 
     def app(self) -> Starlette:
         return Starlette(routes=[Route("/{version}/models/{target:path}", self._generate,
@@ -375,6 +498,12 @@ class GeminiServer(_Server):
         except ValueError:
             return _google_error(400, "Invalid JSON payload received.")
         problems, prompt = self._check(body)
+        for i, content in enumerate(body.get("contents") or []):
+            for part in content.get("parts") or [] if isinstance(content, dict) else []:
+                if self.thought_signature and isinstance(part, dict) and "functionCall" in part \
+                        and part.get("thoughtSignature") != self.thought_signature:
+                    problems.append(f"Function call is missing a thought_signature in "
+                                    f"functionCall parts (contents[{i}])")
         if problems:
             return _google_error(400, "; ".join(problems))
         mode = _mode(model)
@@ -407,6 +536,7 @@ class GeminiServer(_Server):
             return ["Invalid JSON payload received: not an object"], ""
         problems = [f'Invalid JSON payload received. Unknown name "{k}": Cannot find field.'
                     for k in body if k not in _TOP_FIELDS]
+        problems += _gemini_tools(body)[0]
         prompt = ""
         contents = body.get("contents")
         if not isinstance(contents, list) or not contents:
@@ -454,7 +584,21 @@ class GeminiServer(_Server):
         parts: list[dict[str, Any]] = []
         if thoughts_tokens and (thinking.get("includeThoughts") or self.thought_parts):
             parts.append({"text": "**Thinking** about the question first.", "thought": True})
-        parts.append({"text": text})
+        last = body["contents"][-1]["parts"]
+        answers = [p["functionResponse"] for p in last if "functionResponse" in p]
+        names = _gemini_tools(body)[1]
+        calling = (body.get("toolConfig") or {}).get("functionCallingConfig") or {}
+        if answers:
+            text = "Tool said: " + " | ".join(json.dumps(a["response"]) for a in answers)
+        elif names and calling.get("mode") != "NONE":
+            name = (calling.get("allowedFunctionNames") or names)[0]
+            call: dict[str, Any] = {"functionCall": {"name": name, "args": self.tool_input}}
+            if self.thought_signature:
+                call["thoughtSignature"] = self.thought_signature
+            parts.append(call)
+            text = ""
+        if text:
+            parts.append({"text": text})
         usage = {"promptTokenCount": _words(prompt), "candidatesTokenCount": _words(text),
                  "totalTokenCount": _words(prompt) + _words(text) + thoughts_tokens}
         if thoughts_tokens:

@@ -68,18 +68,69 @@ def _last_user_message(messages: list[Any]) -> str:
     return ""
 
 
+def _tool_messages(messages: list[Any]) -> list[Any]:
+    """The messages of a tool exchange, as received: assistant messages with `tool_calls` and
+    `tool` messages."""
+    return [m for m in messages if isinstance(m, dict) and (
+        m.get("role") == "tool" or (m.get("role") == "assistant" and "tool_calls" in m))]
+
+
+def _tool_results(messages: list[Any]) -> list[str] | None:
+    """The contents of the `tool` messages that end the conversation; None when it does not
+    end with one."""
+    results: list[str] = []
+    for message in reversed(messages):
+        if not isinstance(message, dict) or message.get("role") != "tool":
+            break
+        results.insert(0, _text_of(message.get("content")))
+    return results or None
+
+
+def _calls_to_make(config: ServerConfig, model: str, body: dict[str, Any]
+                   ) -> list[dict[str, Any]]:
+    """The scripted calls of `model` that this request lets it make: of the tools it
+    declares, as its `tool_choice` allows, unless the conversation ends with tool results."""
+    scripted = config.tool_calls_by_model.get(model)
+    choice = body.get("tool_choice")
+    if not scripted or choice == "none" or _tool_results(body["messages"]) is not None:
+        return []
+    declared = {(tool.get("function") or {}).get("name") for tool in body.get("tools") or []
+                if isinstance(tool, dict)}
+    if isinstance(choice, dict):
+        declared &= {(choice.get("function") or {}).get("name")}
+    calls = [call for call in scripted if call["name"] in declared]
+    if body.get("parallel_tool_calls") is False:
+        calls = calls[:1]
+    return [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+             "function": {"name": call["name"], "arguments": call["arguments"]}}
+            for call in calls]
+
+
 STREAM_PIECE = 4  # characters per streamed content delta
 STREAM_GAP_S = 0.01  # between deltas: a client sees the reply arrive in pieces
 
 
 def _streamed(reply: dict, body: dict, truncated: bool, headers: dict) -> Any:
     """`reply` (a chat.completion) as OpenAI streams it: a role chunk, the content in pieces,
-    the finish chunk, the usage chunk when `stream_options.include_usage` asks, [DONE]. A
-    `truncated` stream stops halfway, as a dropped connection does."""
+    each tool call (its id and name, then its arguments in pieces), the finish chunk, the
+    usage chunk when `stream_options.include_usage` asks, [DONE]. A `truncated` stream stops
+    halfway, as a dropped connection does."""
     from starlette.responses import StreamingResponse
 
-    text = reply["choices"][0]["message"]["content"]
+    message = reply["choices"][0]["message"]
+    text = message["content"] or ""
+    finish = reply["choices"][0]["finish_reason"]
     head = {k: reply[k] for k in ("id", "created", "model")}
+    deltas: list[dict[str, Any]] = [{"content": text[i:i + STREAM_PIECE]}
+                                    for i in range(0, len(text), STREAM_PIECE)]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        arguments = call["function"]["arguments"]
+        deltas.append({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                       "function": {"name": call["function"]["name"],
+                                                    "arguments": ""}}]})
+        deltas += [{"tool_calls": [{"index": index, "function": {
+            "arguments": arguments[i:i + STREAM_PIECE]}}]}
+            for i in range(0, len(arguments), STREAM_PIECE)]
 
     def chunk(delta: dict | None, finish: str | None = None, **more: Any) -> bytes:
         choices = [] if delta is None else [{"index": 0, "delta": delta,
@@ -89,13 +140,12 @@ def _streamed(reply: dict, body: dict, truncated: bool, headers: dict) -> Any:
 
     async def events():
         yield chunk({"role": "assistant", "content": ""})
-        pieces = [text[i:i + STREAM_PIECE] for i in range(0, len(text), STREAM_PIECE)]
-        for n, piece in enumerate(pieces):
-            if truncated and n >= len(pieces) // 2:
+        for n, delta in enumerate(deltas):
+            if truncated and n >= len(deltas) // 2:
                 return
             await asyncio.sleep(STREAM_GAP_S)
-            yield chunk({"content": piece})
-        yield chunk({}, "stop")
+            yield chunk(delta)
+        yield chunk({}, finish)
         if (body.get("stream_options") or {}).get("include_usage"):
             yield chunk(None, usage=reply["usage"])
         yield b"data: [DONE]\n\n"
@@ -233,7 +283,8 @@ def build_app(config: ServerConfig, stats: Stats | None = None) -> Starlette:
             fault or "", config.latency_for(model)
         )
         params = {k: v for k, v in body.items() if k != "messages"}
-        entry = stats.start(model, last_user, params, fingerprint(request.headers))
+        entry = stats.start(model, last_user, params, fingerprint(request.headers),
+                            _tool_messages(messages))
         status = CLIENT_GONE
         try:
             if not await _sleep_unless_disconnected(request, delay):
@@ -248,8 +299,12 @@ def build_app(config: ServerConfig, stats: Stats | None = None) -> Starlette:
                 status = CONNECTION_RESET
                 await _reset_connection(request)
                 return error(CLIENT_GONE, "connection reset", "connection_reset", None)
-            if fault == "empty":
+            calls = [] if fault == "empty" else _calls_to_make(config, model, body)
+            results = _tool_results(messages)
+            if fault == "empty" or calls:
                 text = ""
+            elif results is not None and model in config.tool_calls_by_model:
+                text = f"[{model}] tool results: " + " | ".join(results)
             elif model in config.reply_by_model:
                 text = config.reply_by_model[model]
             else:
@@ -257,7 +312,11 @@ def build_app(config: ServerConfig, stats: Stats | None = None) -> Starlette:
             prompt_tokens = sum(
                 _count_words(_text_of(m.get("content"))) for m in messages if isinstance(m, dict)
             )
-            completion_tokens = _count_words(text)
+            completion_tokens = _count_words(text) + sum(
+                _count_words(call["function"]["arguments"]) for call in calls)
+            answer: dict[str, Any] = {"role": "assistant", "content": text}
+            if calls:
+                answer.update(content=None, tool_calls=calls)
             status = 200
             reply = JSONResponse(
                 {
@@ -268,8 +327,8 @@ def build_app(config: ServerConfig, stats: Stats | None = None) -> Starlette:
                     "choices": [
                         {
                             "index": 0,
-                            "message": {"role": "assistant", "content": text},
-                            "finish_reason": "stop",
+                            "message": answer,
+                            "finish_reason": "tool_calls" if calls else "stop",
                         }
                     ],
                     "usage": {
@@ -357,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
         default="{}",
         help="JSON object with latency_by_model, faults_by_model (model -> "
         f"{'|'.join(FAULTS)}, or <fault>x<N> for the first N requests only), "
-        "retry_after_by_model, reply_by_model and models",
+        "retry_after_by_model, reply_by_model, tool_calls_by_model (model -> [{name, "
+        "arguments}]) and models",
     )
     args = parser.parse_args(argv)
     try:

@@ -48,6 +48,7 @@ class ScriptedServer:
         faults_by_model: dict[str, str] | None = None,
         retry_after_by_model: dict[str, float] | None = None,
         reply_by_model: dict[str, str] | None = None,
+        tool_calls_by_model: dict[str, list[dict[str, Any]]] | None = None,
         models: list[str] | None = None,
         startup_timeout: float = 20.0,
     ) -> None:
@@ -57,6 +58,7 @@ class ScriptedServer:
             faults_by_model=dict(faults_by_model or {}),
             retry_after_by_model=dict(retry_after_by_model or {}),
             reply_by_model=dict(reply_by_model or {}),
+            tool_calls_by_model=dict(tool_calls_by_model or {}),
             models=list(models or []),
         )
         self.startup_timeout = startup_timeout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 HOST = "127.0.0.1"
 FAULTS: tuple[str, ...] = (
@@ -45,6 +46,7 @@ _CONFIG_KEYS = (
     "faults_by_model",
     "retry_after_by_model",
     "reply_by_model",
+    "tool_calls_by_model",
     "models",
 )
 
@@ -62,6 +64,22 @@ def parse_fault(spec: str) -> tuple[str, int | None]:
     return fault, count
 
 
+def _calls(model: str, calls: Any) -> list[dict[str, Any]]:
+    """`tool_calls_by_model[model]`, checked, each call's arguments as JSON text."""
+    if not isinstance(calls, list) or not calls:
+        raise ValueError(f"tool_calls_by_model[{model!r}] must be a non-empty list of calls")
+    checked = []
+    for call in calls:
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str) \
+                or not isinstance(call.get("arguments", "{}"), str | dict):
+            raise ValueError(f"tool_calls_by_model[{model!r}]: {call!r} is not a call "
+                             '({"name": str, "arguments": JSON text or an object})')
+        arguments = call.get("arguments", "{}")
+        checked.append({"name": call["name"], "arguments": arguments if isinstance(
+            arguments, str) else json.dumps(arguments)})
+    return checked
+
+
 # --------------------------------------------------------------------------------------------
 # configuration
 
@@ -75,6 +93,8 @@ class ServerConfig:
     faults_by_model: dict[str, str] = field(default_factory=dict)
     retry_after_by_model: dict[str, float] = field(default_factory=dict)
     reply_by_model: dict[str, str] = field(default_factory=dict)
+    # model -> the calls it makes: [{"name": str, "arguments": JSON text or an object}, ...]
+    tool_calls_by_model: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     models: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -96,12 +116,15 @@ class ServerConfig:
             if value < 0:
                 raise ValueError(f"retry_after_by_model[{model!r}] must be >= 0, got {value}")
         self.reply_by_model = {str(k): str(v) for k, v in self.reply_by_model.items()}
+        self.tool_calls_by_model = {str(k): _calls(str(k), v)
+                                    for k, v in self.tool_calls_by_model.items()}
         self.models = [str(m) for m in self.models]
 
     @classmethod
     def from_json(cls, text: str, latency: float = 0.05) -> ServerConfig:
         """Build from the `--config` JSON object (keys: latency_by_model, faults_by_model,
-        retry_after_by_model, reply_by_model, models); unknown keys are an error."""
+        retry_after_by_model, reply_by_model, tool_calls_by_model, models); unknown keys are
+        an error."""
         data = json.loads(text or "{}")
         if not isinstance(data, dict):
             raise ValueError("--config must be a JSON object")
@@ -117,6 +140,7 @@ class ServerConfig:
                 "faults_by_model": self.faults_by_model,
                 "retry_after_by_model": self.retry_after_by_model,
                 "reply_by_model": self.reply_by_model,
+                "tool_calls_by_model": self.tool_calls_by_model,
                 "models": self.models,
             }
         )
@@ -130,5 +154,6 @@ class ServerConfig:
     def model_names(self) -> list[str]:
         if self.models:
             return list(self.models)
-        names = sorted({*self.latency_by_model, *self.faults_by_model, *self.reply_by_model})
+        names = sorted({*self.latency_by_model, *self.faults_by_model, *self.reply_by_model,
+                        *self.tool_calls_by_model})
         return names or ["scripted"]

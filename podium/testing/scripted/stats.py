@@ -47,7 +47,8 @@ class Stats:
         return before
 
     def start(self, model: str, last_user_message: str, params: dict[str, Any] | None = None,
-              auth_fingerprint: str | None = None) -> dict[str, Any]:
+              auth_fingerprint: str | None = None,
+              tool_messages: list[Any] | None = None) -> dict[str, Any]:
         self.overall.start()
         self.by_model.setdefault(model, _Counter()).start()
         entry: dict[str, Any] = {
@@ -58,6 +59,7 @@ class Stats:
             "status": None,
             "params": params or {},
             "auth_fingerprint": auth_fingerprint,
+            "tool_messages": tool_messages or [],
         }
         self.log.append(entry)
         return entry
