@@ -282,6 +282,9 @@ def serve_cmd(
                                       "as a model of its own (one call, the bare question)."),
     processes: int = typer.Option(1, "--processes", min=1, help="Server processes sharing "
                                   "the port (one core each); the limits are split among them."),
+    session_key_env: str = typer.Option(None, "--session-key-env", help="Environment "
+                                        "variable holding the secret (32+ characters) that "
+                                        "seals tool-call ids; default: a random one per start."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Serve the team as one OpenAI-compatible model, `podium` (see docs/serving.md)."""
@@ -292,7 +295,8 @@ def serve_cmd(
         port=port, api_key_env=api_key_env, api_key_file=api_key_file, no_auth=no_auth,
         max_concurrency=max_concurrency, max_request_bytes=max_request_bytes,
         trace_dir=trace_dir, trace_keep=trace_keep, graceful_timeout=graceful_timeout,
-        no_cache=no_cache, pass_through=pass_through, processes=processes), debug))
+        no_cache=no_cache, pass_through=pass_through, processes=processes,
+        session_key_env=session_key_env), debug))
 
 
 trace_app = typer.Typer(help="Look at saved traces.", no_args_is_help=True)

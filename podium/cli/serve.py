@@ -24,7 +24,9 @@ process reads them from --api-key-env / --api-key-file itself), so the limits ar
 * an in-process model (embedded, transformers, function) is loaded by every process, with the
   pool's limit in each: N copies in memory;
 * the trace folder is shared (`TraceStore(shared=True)`), and so is the response cache (SQLite
-  in WAL mode takes writers from several processes).
+  in WAL mode takes writers from several processes);
+* so is the session key that seals tool-call ids (`podium.serve.session`): --session-key-env's
+  secret, or one drawn at the start, handed to each process (`podium.serve.processes`).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class ServeArgs:
     no_cache: bool = False
     pass_through: bool = False
     processes: int = 1
+    session_key_env: str | None = None
 
     @property
     def runs_per_process(self) -> int:
@@ -86,7 +89,7 @@ def _check_trace_dir(folder: str) -> None:
 def _need_extra() -> None:
     import importlib.util
 
-    for name in ("fastapi", "uvicorn"):
+    for name in ("fastapi", "uvicorn", "jsonschema", "cryptography"):
         if importlib.util.find_spec(name) is None:
             raise ConfigError(f"podium serve needs the serve extra ({name} is missing). "
                               "Install it: pip install 'podium[serve]'.")
@@ -111,7 +114,7 @@ def _team(args: ServeArgs) -> Pool:
     return team
 
 
-def _app(args: ServeArgs, keys: tuple[str, ...], team: Pool):
+def _app(args: ServeArgs, keys: tuple[str, ...], team: Pool, session_key: str | None):
     """The app one process serves: its share of the limits, its own pipeline."""
     from podium.pipeline import Pipeline
     from podium.serve import ServeConfig, create_app
@@ -122,7 +125,8 @@ def _app(args: ServeArgs, keys: tuple[str, ...], team: Pool):
                          max_request_bytes=args.max_request_bytes, trace_dir=args.trace_dir,
                          trace_keep=args.trace_keep, pass_through=args.pass_through,
                          shared_traces=args.processes > 1,
-                         graceful_timeout_s=args.graceful_timeout)
+                         graceful_timeout_s=args.graceful_timeout,
+                         session_key=session_key)
     try:
         app = create_app(config, Pipeline(team, settings=settings))
     except OSError as exc:
@@ -138,14 +142,18 @@ def _app(args: ServeArgs, keys: tuple[str, ...], team: Pool):
 
 def process_app():
     """uvicorn's app factory in each process of `--processes N`: the settings from
-    `PODIUM_SERVE_ARGS`, the keys read again from their variable or file."""
+    `PODIUM_SERVE_ARGS`, the keys read again from their variable or file, the session key
+    the supervisor handed this process (taken out of its environment)."""
     from podium.serve.auth import load_keys
     from podium.serve.processes import STARTUP_FAILURE
+    from podium.serve.session import SESSION_KEY_VAR
 
     args = ServeArgs(**json.loads(os.environ[ARGS_ENV]))
+    session_key = os.environ.pop(SESSION_KEY_VAR, None)
     _log_handler()
     try:
-        return _app(args, load_keys(args.api_key_env, args.api_key_file), _team(args))
+        return _app(args, load_keys(args.api_key_env, args.api_key_file), _team(args),
+                    session_key)
     except ConfigError as exc:  # e.g. the key file changed since the start: stop, not restart
         sys.stderr.write(f"podium: {exc}\n")
         sys.exit(STARTUP_FAILURE)
@@ -179,6 +187,9 @@ def run_serve(**options) -> int:
     keys = load_keys(args.api_key_env, args.api_key_file)
     check_auth_setup(keys, args.no_auth, args.host)
     _need_extra()
+    from podium.serve.session import load_secret
+
+    session_key = load_secret(args.session_key_env)
 
     import uvicorn
 
@@ -189,7 +200,7 @@ def run_serve(**options) -> int:
     # podium.serve.access: one line each; http_limits: a bound on each request's headers
     options = dict(log_level="info", access_log=False, **uvicorn_options())
     if args.processes == 1:
-        app = _app(args, keys, team)
+        app = _app(args, keys, team, session_key)
         config = uvicorn.Config(app, host=args.host, port=args.port, **options)
         _log_handler()
         sys.stderr.write(_banner(args, keys, team))
@@ -221,7 +232,7 @@ def run_serve(**options) -> int:
     _log_handler()
     sys.stderr.write(_banner(args, keys, team))
     try:
-        return supervise("podium.cli.serve:process_app", socks, options)
+        return supervise("podium.cli.serve:process_app", socks, options, session_key)
     finally:
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)

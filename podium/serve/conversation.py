@@ -23,13 +23,19 @@ A one-message conversation is sent as it is, so a question asked through the ser
 Chat Completions' `messages` are `Message`s as they come; the Responses API's `input` and
 `instructions` are made into them (`podium.serve.responses.request`). The errors name the
 field as Chat Completions does (`messages.N...`).
+
+A `Message` also carries tool calls and their results, in Chat Completions' shape (the one
+podium uses inside): an assistant message's `tool_calls` (`[{"id", "type": "function",
+"function": {"name", "arguments"}}]`, `arguments` the JSON text of the call's arguments) and
+a `tool` message's `tool_call_id`, its content the result. `podium.serve.tools` checks them
+and says what kind of turn a conversation is.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from podium.serve.errors import bad_request
 
@@ -40,12 +46,30 @@ class TextPart(BaseModel):
     text: str | None = None
 
 
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: StrictStr
+    arguments: StrictStr  # JSON text, as the model wrote it
+
+
+class ToolCall(BaseModel):
+    """One call an assistant message made: `{"id", "type": "function", "function": {...}}`."""
+
+    model_config = ConfigDict(extra="allow")
+    id: StrictStr = Field(min_length=1)
+    type: Literal["function"]
+    function: FunctionCall
+
+
 class Message(BaseModel):
-    """One message of the conversation: its role and its text (a string or text parts)."""
+    """One message of the conversation: its role and its text (a string or text parts); an
+    assistant message's tool calls, a tool message's `tool_call_id`."""
 
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: StrictStr | None = None
 
     def text(self, where: str) -> str:
         if self.content is None:

@@ -13,6 +13,12 @@ app from a factory (an import string) and serves its socket with podium's uvicor
 minute for one socket), stops everything when a process exits with `STARTUP_FAILURE` (it could
 not build its app: a restart would fail the same way), and on SIGTERM or SIGINT sends each
 process SIGTERM, whose graceful shutdown lets the requests in flight finish, and waits.
+
+Every process seals tool-call ids with one session key (`podium.serve.session`), so any of
+them can open an id another wrote: `supervise` hands each process the secret it is given
+(`--session-key-env`'s) or one it draws, in `SESSION_KEY_VAR`, set in that process only
+(through the pipe `spawn` starts it with, never on a command line), and the app factory
+takes it from there.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import threading
 import time
 
 from podium.errors import ConfigError
+from podium.serve.session import SESSION_KEY_VAR, new_secret
 
 log = logging.getLogger("podium.serve")
 
@@ -61,14 +68,16 @@ def listeners(host: str, port: int, n: int) -> list[socket.socket]:
     return socks
 
 
-def _serve(sock: socket.socket, app: str, options: dict) -> None:
-    """One server process: build the app from its factory, serve `sock` until SIGTERM (with
-    the app's own graceful shutdown, `podium.serve.shutdown`)."""
+def _serve(sock: socket.socket, app: str, options: dict, session_key: str) -> None:
+    """One server process: build the app from its factory (with the shared session key in
+    `SESSION_KEY_VAR`), serve `sock` until SIGTERM (with the app's own graceful shutdown,
+    `podium.serve.shutdown`)."""
     import uvicorn
     from uvicorn.importer import import_from_string
 
     from podium.serve.shutdown import Server
 
+    os.environ[SESSION_KEY_VAR] = session_key
     built = import_from_string(app)()
     Server(uvicorn.Config(built, **options), built.state.server.drain).run(sockets=[sock])
 
@@ -81,15 +90,19 @@ def _forget(pid: int) -> None:
         multiprocess.mark_process_dead(pid)
 
 
-def supervise(app: str, socks: list[socket.socket], options: dict) -> int:
+def supervise(app: str, socks: list[socket.socket], options: dict,
+              session_key: str | None = None) -> int:
     """Serve the app factory `app` (an import string) in one process per socket until SIGTERM
-    or SIGINT; `options` are uvicorn.Config's. 0, or 2 when a process could not start."""
+    or SIGINT; `options` are uvicorn.Config's; every process gets `session_key` (None: one
+    drawn here). 0, or 2 when a process could not start."""
     ctx = multiprocessing.get_context("spawn")
+    session_key = session_key or new_secret()
     stop = threading.Event()
     failed = False
 
     def start(sock: socket.socket):
-        proc = ctx.Process(target=_serve, args=(sock, app, options), name="podium-serve")
+        proc = ctx.Process(target=_serve, args=(sock, app, options, session_key),
+                           name="podium-serve")
         proc.start()
         return proc
 

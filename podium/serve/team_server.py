@@ -18,7 +18,7 @@ semaphores) and Conductor.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from starlette.requests import Request
@@ -34,6 +34,7 @@ from podium.serve.errors import ApiError, bad_request
 from podium.serve.inflight import Answerer, Flights, InFlight, ServedRequest, Slots
 from podium.serve.metrics import ServeMetrics
 from podium.serve.options import Options
+from podium.serve.session import SessionSeal
 from podium.serve.shutdown import Drain
 from podium.serve.traces.store import TraceStore
 from podium.settings import resolve_settings
@@ -46,7 +47,8 @@ MODEL = "podium"
 class ServeConfig:
     """What `podium serve`'s flags set: the API keys (none: the server takes no key), the
     runs in flight at once (past them a 429), the body's size limit, the trace folder and
-    how many traces it keeps, and the pass-through models."""
+    how many traces it keeps, the pass-through models, and the secret tool-call ids are
+    sealed with (`podium.serve.session`; None: a random key per start)."""
 
     keys: tuple[str, ...] = ()
     max_concurrency: int = 4
@@ -57,6 +59,7 @@ class ServeConfig:
     pass_through: bool = False  # each worker also served as a model of its own
     shared_traces: bool = False  # other processes write the trace folder too (--processes)
     graceful_timeout_s: float | None = None  # the runs a shutdown may wait for (shutdown.py)
+    session_key: str | None = field(default=None, repr=False)  # --session-key-env's secret
 
 
 class TeamServer:
@@ -67,6 +70,7 @@ class TeamServer:
     def __init__(self, config: ServeConfig, pipeline: Pipeline) -> None:
         self.config, self.pipeline = config, pipeline
         self.check = KeyCheck(config.keys)
+        self.sessions = SessionSeal(config.session_key)
         self.traces = TraceStore(config.trace_dir, config.trace_keep,
                                  shared=config.shared_traces)
         self.metrics = ServeMetrics()

@@ -88,11 +88,11 @@ def test_no_answer_is_an_error_json_and_streamed(client, http):
     ({"model": "podium"}, "input"),
     ({"model": "podium", "input": []}, "input"),
     ({"model": "podium", "input": [{"type": "function_call_output", "output": "x"}]},
-     "input.0"),
+     "input.0.call_id"),
     ({"model": "podium", "input": [{"role": "user", "content": [{"type": "input_image"}]}]},
      "input.0.content.0.type"),
     ({"model": "podium", "input": [{"role": "assistant", "content": "hi"}]}, "input.0.role"),
-    ({"model": "podium", "input": Q, "tools": [{"type": "web_search"}]}, "tools"),
+    ({"model": "podium", "input": Q, "tools": [{"type": "web_search"}]}, "tools.0.type"),
     ({"model": "podium", "input": Q, "store": True}, "store"),  # no Response is kept
     ({"model": "podium", "input": Q, "max_output_tokens": 0}, "max_output_tokens"),
     ({"model": "podium", "input": Q, "workers": ["nobody"]}, "workers"),

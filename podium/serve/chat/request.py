@@ -2,9 +2,14 @@
 
 A body is validated into a `ChatRequest` (`podium.serve.body`: unknown fields are accepted
 and ignored; fields that would change the meaning of the answer and that the team cannot
-honour, such as `n > 1` or `tools`, are refused with a 400 naming the field). podium's own
-options come beside them (`podium.serve.options`), and `messages` become the question
+honour, such as `n > 1`, are refused with a 400 naming the field). podium's own options come
+beside them (`podium.serve.options`), and `messages` become the question
 (`podium.serve.conversation`).
+
+`tools`, `tool_choice`, `parallel_tool_calls` and the conversation's tool calls and results
+are checked (`podium.serve.tools`: a malformed one is a 400 naming its field); a request that
+passes, with tools or tool calls, is then refused: tool calling is not served yet (a 400
+naming `tools`, or the first message with tool calls).
 
 The sampling fields, beyond those both APIs share (`podium.serve.options`):
 
@@ -41,6 +46,7 @@ from podium.serve.options import (
     sampling,
     unhonoured,
 )
+from podium.serve.tools import chat_namer, chat_tool_use, not_served_yet, read_conversation
 
 MAX_STOP = 4  # stop sequences, as OpenAI takes them
 MAX_STOP_CHARS = 1000  # characters in one stop sequence
@@ -55,6 +61,7 @@ RULES = {
     "logit_bias": "an object of token ids to numbers", "logprobs": "true or false",
     "user": "a string", "max_tokens": "a positive integer",
     "max_completion_tokens": "a positive integer", "n": "an integer",
+    "parallel_tool_calls": "true or false",
 }
 
 
@@ -79,6 +86,7 @@ class ChatRequest(SampledRequest):
     logprobs: StrictBool | None = None
     user: StrictStr | None = None
     metadata: dict[str, Any] | None = None
+    parallel_tool_calls: StrictBool | None = None
 
     def sampling(self) -> Sampling | None:
         """What this request asks of the answer step (None: nothing), once the fields the
@@ -104,9 +112,12 @@ def parse_body(raw: bytes) -> tuple[ChatRequest, Options]:
     if req.n not in (None, 1):
         raise bad_request("n must be 1: the team writes one answer per request.", param="n",
                           code="unsupported_value")
-    for key in ("tools", "functions", "tool_choice", "response_format"):
-        if data.get(key) not in (None, [], "none", {"type": "text"}):
+    for key in ("functions", "response_format"):
+        if data.get(key) not in (None, [], {"type": "text"}):
             raise bad_request(f"'{key}' is not supported by the podium model: it returns the "
                               "team's answer as text. Leave it out.", param=key,
                               code="unsupported_parameter")
+    use = chat_tool_use(data)
+    read_conversation(req.messages, use, chat_namer)
+    not_served_yet(use, req.messages, chat_namer)
     return req, options_of(data, req.metadata or {})
