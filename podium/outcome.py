@@ -38,6 +38,10 @@ total (`Usage.cost`) is None only then: the known sum is a lower bound. `Outcome
   start, the math-verify pool broke, a grader's package is missing (``grader``), or a backend
   raised an exception it should have converted (``internal``).
 
+**Tool calls.** When the step that wrote the answer acted (a run with tools), its calls are
+the team's reply (`Outcome.tool_calls`; `answer` is its text, possibly empty), and
+`Outcome.acting` is what continues it (`podium.acting.ActingState`, set by the pipeline).
+
 `Outcome.cause` is the failure that decided the run when it has no usable result: it is
 `None` for a graded answer. An item whose cause is a worker or infra failure is an *error*
 (`status == "error"`): it is not scored, it is counted apart and rerun by `--retry-errors`;
@@ -50,8 +54,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from podium.acting import ActingState
 from podium.conductor.budget import BudgetCheck, Spent
 from podium.errors import INTERNAL
+from podium.llm.tools import ToolCall
 from podium.scoring.base import Grade
 
 if TYPE_CHECKING:  # records only: the pipeline builds them
@@ -196,6 +202,8 @@ class Outcome:
     conductor: Usage = Usage()  # the Conductor's own calls: part of `used`
     budget: BudgetCheck | None = None  # the plan against the request's budget, if it had one
     not_called: int = 0  # planned steps never called (a cap, a failed step under "stop")
+    tool_calls: tuple[ToolCall, ...] = ()  # the answer step's calls: the team's reply
+    acting: ActingState | None = None  # what continues a run that ends in tool calls
 
     @property
     def over_budget(self) -> bool:
@@ -268,6 +276,8 @@ class Outcome:
             "cache_hits": self.cache_hits,
             "stopped": self.stopped,
             "notes": list(self.notes),
+            "tool_calls": [c.openai() for c in self.tool_calls],
+            "acting": self.acting.to_json() if self.acting else None,
         }
         if self.budget is not None:
             data["budget"] = self.budget.to_json(self.spent)
@@ -403,13 +413,24 @@ def build_outcome(rounds: Sequence[Round], *,
         cause = Failure("model", "no_answer", "the run produced no answer", "")
     return Outcome(answer, answer_round, tuple(summaries), tuple(failures), cause,
                    ledger.used, ledger.paid, ledger.hits, stopped, tuple(notes),
-                   conductor=ledger.conductor, not_called=ledger.not_called)
+                   conductor=ledger.conductor, not_called=ledger.not_called,
+                   tool_calls=_calls(rounds[answer_round]) if answer_round is not None else ())
+
+
+def _calls(rnd: Round) -> tuple[ToolCall, ...]:
+    """The tool calls of the step that wrote `rnd`'s answer (its last)."""
+    steps = rnd.execution.steps if rnd.execution else []
+    return tuple(steps[-1].tool_calls) if steps and steps[-1].status == "ok" else ()
 
 
 def _fallback_note(rnd: Round) -> str:
     turn = rnd.conductor
     step = rnd.execution.steps[0] if rnd.execution and rnd.execution.steps else None
     who = f"worker {step.worker} ({step.worker_name})" if step else "one worker"
+    if "cannot_act" in turn.extra:
+        return (f"The workflow's last step is on {turn.extra['cannot_act']}, which cannot act "
+                "with tools (its pool entry lacks tools = true, or its backend takes none); "
+                f"one step on {who} answered instead (run.fallback).")
     return (f"The Conductor's output is not a valid workflow ({turn.parse_reason}: "
             f"{turn.parse_detail}); one step on {who} answered instead (run.fallback).")
 

@@ -20,6 +20,16 @@ its own settings (`podium.settings`) and answer sampling, the same clients.
 The result's `outcome` (`podium.outcome`) is the one account of the run: which answer stands
 and from which round, what was used and paid, and every failure with its class. It is built
 once, from the rounds, when the run is over.
+
+**Tools.** `ask(question, tools=...)` plans the question with the tools' names and
+descriptions appended (`podium.conductor.prompt.with_tools`: the Conductor and every worker
+see that task) and runs one round (no recursion). The workflow's last step acts: its worker
+gets the tools, and only a worker whose pool entry says `tools = true` and whose client takes
+tools can act. A plan whose last worker cannot falls back (as `run.fallback` does) to the
+first capable worker answering alone, said in the outcome's notes; a pool (or sub-pool) with
+no capable worker is a ConfigError. When the acting step calls tools, the result's
+`tool_calls` are the team's reply and its `acting` state is what `continue_acting` takes, with
+the tool results, to call that worker once more: no Conductor, no other step.
 """
 
 from __future__ import annotations
@@ -30,26 +40,32 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from podium.acting import ActingState
 from podium.conductor import Conductor, ConductorTurn
 from podium.conductor.budget import BudgetCheck, RequestBudget, plan_price
+from podium.conductor.prompt import with_tools
 from podium.conductor.view import PoolView, settings_view
 from podium.config import Pool, RunSettings
 from podium.errors import ConfigError
-from podium.llm.base import ChatClient, Sampling, load_client
+from podium.llm.base import ChatClient, Message, Sampling, load_client
 from podium.llm.cache import ResponseCache, default_cache_path
 from podium.llm.registry import build_clients
+from podium.llm.tools import ToolCall, ToolUse
 from podium.outcome import Outcome, Round, build_outcome
 from podium.workflow.execute import (
     Caps,
     ExecOptions,
+    Execution,
     StepRecord,
     Team,
+    call_step,
     execute_workflow,
 )
 from podium.workflow.render import MessageOptions
 from podium.workflow.types import Step, Workflow, access_json
 
 FALLBACK_SUBTASK = "Answer the overall task directly, following its answer format."
+CONTINUE_SUBTASK = "Continue with the results of the tool calls."
 
 Event = Callable[[str, Any], None]  # ("conductor", ConductorTurn) | ("started"/"finished", Step)
 AnswerRule = Callable[[Sequence[StepRecord]], "str | None"]
@@ -74,6 +90,16 @@ class RunResult:
     @property
     def stopped(self) -> str | None:
         return self.outcome.stopped
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The acting step's tool calls: the team's reply when there are any."""
+        return self.outcome.tool_calls
+
+    @property
+    def acting(self) -> ActingState | None:
+        """What `Pipeline.continue_acting` takes when the run ended in tool calls."""
+        return self.outcome.acting
 
     @property
     def final_round(self) -> Round:
@@ -106,8 +132,9 @@ class RunResult:
         }
 
 
-def exec_options(settings: RunSettings, answer_sampling: Sampling | None = None) -> ExecOptions:
-    return ExecOptions(
+def exec_options(settings: RunSettings, answer_sampling: Sampling | None = None,
+                 tools: ToolUse | None = None) -> ExecOptions:
+    options = ExecOptions(
         answer_sampling=answer_sampling,
         final_answer=settings.final_answer,
         on_error=settings.on_step_error,
@@ -119,6 +146,10 @@ def exec_options(settings: RunSettings, answer_sampling: Sampling | None = None)
             question_only=settings.worker_messages == "question",
         ),
     )
+    if tools is None:
+        return options
+    return replace(options, tools=tuple(tools.tools), tool_choice=tools.choice,
+                   parallel_tool_calls=tools.parallel_calls)
 
 
 class Pipeline:
@@ -193,7 +224,8 @@ class Pipeline:
     async def ask(self, question: str, *, sample_id: int | str = 0,
                   workers: Sequence[int] | None = None,
                   on_event: Event | None = None, stream_answer: bool = False,
-                  budget: float | RequestBudget | None = None) -> RunResult:
+                  budget: float | RequestBudget | None = None,
+                  tools: ToolUse | None = None) -> RunResult:
         """Answer one question. `sample_id` tells repeated samples of it apart (the response
         cache keys on it), e.g. the G rollouts of one training question. `workers` restricts
         the Conductor to those pool indices (a sub-pool; ids shown as `run.subpool_ids`).
@@ -202,11 +234,55 @@ class Pipeline:
         `podium.workflow.execute.AnswerText`), where the worker can stream. `budget` (USD,
         or a `RequestBudget` with its own price list) is what the workflow's worker calls may
         cost: the Conductor is shown it with `run.show_budget`, and the outcome says whether
-        the plan kept to it (`podium.conductor.budget`)."""
-        q = self._question(question, sample_id, workers, budget, on_event, stream_answer)
+        the plan kept to it (`podium.conductor.budget`). `tools` (e.g. a
+        `podium.serve.tools.ToolUse`) are what the answer step may call: see the module
+        docstring; the result's `tool_calls` and `acting` say what it called."""
+        q = self._question(question, sample_id, workers, budget, on_event, stream_answer,
+                           tools=tools if tools is not None and tools.tools else None)
         q.caps.reserve()  # the Conductor's call
-        turn = await self.conductor.write(question, sample_id=sample_id, view=q.view)
-        return await self._rounds(q, turn, [], self.settings.recursion)
+        turn = await self.conductor.write(q.question, sample_id=sample_id, view=q.view)
+        return await self._rounds(q, turn, [], 0 if q.tools else self.settings.recursion)
+
+    async def continue_acting(self, state: ActingState, exchange: Sequence[Message],
+                              tools: ToolUse, *, on_event: Event | None = None
+                              ) -> RunResult:
+        """The run that ended in `state`'s tool calls, continued: the acting worker is called
+        once more with its messages, then `exchange` (the assistant message with its tool
+        calls and the `tool` messages with their results, in Chat Completions' shape), and
+        `tools`. No Conductor call, no other step. The result's answer is the reply's text,
+        or its `tool_calls` are new calls (and its `acting` state continues them)."""
+        _check_exchange(exchange)
+        if not 0 <= state.worker < len(self.team) or not self._can_act(state.worker):
+            raise ConfigError(f"The acting state names worker {state.worker} "
+                              f"({state.worker_name}), which cannot act in this pool: its pool "
+                              "entry needs tools = true and a backend that takes tools.")
+        q = replace(self._question(state.question, state.sample_id, None, None, on_event),
+                    tools=tools)  # (the task already holds the tools' block)
+        step = Step(state.worker, CONTINUE_SUBTASK, ())
+        rec = StepRecord(0, state.worker, self.team.clients[state.worker].name, step.subtask,
+                         step.access, state.round,
+                         messages=[*state.messages, *(dict(m) for m in exchange)])
+        t0 = time.perf_counter()
+        if why := q.caps.reserve():
+            rec.status, rec.error = "skipped", why
+        else:
+            await call_step(rec, self.team, exec_options(self.settings, self.answer_sampling,
+                                                         tools),
+                            answer=True, sample_id=f"{state.sample_id}:continue", caps=q.caps,
+                            emit=on_event, t0=t0)
+            if on_event:
+                on_event("finished", rec)
+        answer = rec.response if rec.status == "ok" else None
+        execution = Execution(Workflow((step,)), [rec], answer, why or None,
+                              time.perf_counter() - t0)
+        turn = ConductorTurn(state.round, [], workflow=execution.workflow,
+                             extra={"system": "continuation"})
+        result = self._result(q, [Round(turn, execution, answer)], why or None)
+        acting = result.outcome.acting
+        if acting is not None:  # the same run's trace goes on
+            result = replace(result, outcome=replace(
+                result.outcome, acting=replace(acting, trace_id=state.trace_id)))
+        return result
 
     async def run_completion(self, question: str, completion: str, *, messages: list,
                              workers: Sequence[int] | None = None, sample_id: int | str = 0,
@@ -258,9 +334,14 @@ class Pipeline:
     def _question(self, question: str, sample_id: int | str, workers: Sequence[int] | None,
                   budget: float | RequestBudget | None, on_event: Event | None,
                   stream: bool = False, answer: AnswerRule | None = None,
-                  view: PoolView | None = None, used: RunResult | None = None) -> _Question:
+                  view: PoolView | None = None, used: RunResult | None = None,
+                  tools: ToolUse | None = None) -> _Question:
         _check_question(question)
         request = _request_budget(budget)
+        view = view or self._view(workers, request)
+        if tools is not None:
+            self._capable(view)
+            question = with_tools(question, tools.tools)
         s = self.settings
         caps = Caps(s.max_calls, s.max_tokens, s.max_cost)
         t0 = time.perf_counter()
@@ -269,8 +350,8 @@ class Pipeline:
             caps = Caps(s.max_calls, s.max_tokens, s.max_cost, u.calls, u.total_tokens,
                         u.cost or 0.0)
             t0 -= used.wall_s
-        return _Question(question, sample_id, view or self._view(workers, request), caps,
-                         request, on_event, stream, answer, t0)
+        return _Question(question, sample_id, view, caps, request, on_event, stream, answer,
+                         t0, tools)
 
     async def _rounds(self, q: _Question, turn: ConductorTurn, rounds: list[Round],
                       revisions: int, stopped: str | None = None) -> RunResult:
@@ -304,7 +385,11 @@ class Pipeline:
         if not turn.cache_hit:
             q.caps.spend(turn.prompt_tokens + turn.completion_tokens, turn.cost)
         if last is None and turn.workflow is None and turn.error is None and s.fallback:
-            turn = self._fallback(turn, q.view)
+            turn = self._fallback(turn, q.view, acting=q.tools is not None)
+        if q.tools is not None and turn.workflow is not None \
+                and not self._can_act(k := turn.workflow.steps[-1].worker):
+            turn = self._fallback(turn, q.view, acting=True)
+            turn.extra["cannot_act"] = f"worker {k} ({self.team.clients[k].name})"
         if q.on_event:
             q.on_event("conductor", turn)
         if turn.workflow is None:
@@ -312,7 +397,7 @@ class Pipeline:
         previous = last.execution if last else None
         execution = await execute_workflow(
             turn.workflow, q.question, self.team,
-            options=exec_options(s, self.answer_sampling),
+            options=exec_options(s, self.answer_sampling, q.tools),
             previous_round=previous.prior_steps() if previous else (),
             round_index=turn.round, sample_id=q.sample_id, caps=q.caps, on_event=q.on_event,
             stream_answer=q.stream and final,
@@ -320,12 +405,33 @@ class Pipeline:
         answer = execution.answer if q.answer is None else q.answer(execution.steps)
         return Round(turn, execution, answer)
 
-    def _fallback(self, turn: ConductorTurn, view: PoolView) -> ConductorTurn:
+    def _fallback(self, turn: ConductorTurn, view: PoolView,
+                  acting: bool = False) -> ConductorTurn:
+        """`turn` with one step answering instead: on `run.fallback_worker` (when the view
+        shows it), else the view's first worker; `acting`: on the first that can act."""
         allowed = view.pool_indices()
         s = self.settings
         worker = s.fallback_worker if s.fallback_worker in allowed else allowed[0]
-        return replace(turn, fallback=True,
+        if acting:
+            worker = self._capable(view)[0]
+        return replace(turn, fallback=True, extra=dict(turn.extra),
                        workflow=Workflow((Step(worker, FALLBACK_SUBTASK, ()),)))
+
+    def _can_act(self, worker: int) -> bool:
+        """Whether `worker` may act with tools: `tools = true` in its pool entry and a client
+        that takes them."""
+        return bool(self.pool.workers[worker].tools
+                    and getattr(self.team.clients[worker], "supports_tools", False))
+
+    def _capable(self, view: PoolView) -> list[int]:
+        """The workers of `view` that can act; ConfigError when there is none."""
+        capable = [i for i in view.pool_indices() if self._can_act(i)]
+        if not capable:
+            raise ConfigError(
+                "No worker here can act with tools: a request with tools needs a worker whose "
+                "pool entry sets tools = true, with a backend that takes tools (openai, "
+                "anthropic, gemini, or a function taking a `tools` keyword).")
+        return capable
 
     def _view(self, workers: Sequence[int] | None,
               budget: RequestBudget | None = None) -> PoolView:
@@ -339,6 +445,8 @@ class Pipeline:
                                 recursion_format_error=self.settings.recursion_format_error)
         if q.budget is not None:
             outcome = replace(outcome, budget=self._check(rounds, q.budget))
+        if outcome.tool_calls and outcome.answer_round is not None:
+            outcome = replace(outcome, acting=_acting(q, rounds[outcome.answer_round]))
         return RunResult(q.question, tuple(rounds), outcome, time.perf_counter() - q.t0)
 
     def _check(self, rounds: Sequence[Round], budget: RequestBudget) -> BudgetCheck:
@@ -366,6 +474,26 @@ class _Question:
     stream: bool
     answer: AnswerRule | None
     t0: float
+    tools: ToolUse | None = None  # what the answer step may call
+
+
+def _acting(q: _Question, rnd: Round) -> ActingState | None:
+    """The state that continues `rnd`, whose last step acted."""
+    if rnd.execution is None or not rnd.execution.steps:
+        return None
+    rec = rnd.execution.steps[-1]
+    return ActingState(q.question, rec.worker, rec.worker_name, tuple(rec.messages), rec.round,
+                       q.sample_id, rec.request_id)
+
+
+def _check_exchange(exchange: Sequence[Message]) -> None:
+    """An exchange is an assistant message with tool calls, then the tool messages."""
+    roles = [m.get("role") if isinstance(m, dict) else None for m in exchange]
+    if not roles or roles[0] != "assistant" or not exchange[0].get("tool_calls") \
+            or roles[-1] != "tool" or any(r not in ("assistant", "tool") for r in roles):
+        raise ConfigError("The exchange to continue with is the assistant message with its "
+                          "tool_calls, then a tool message (role tool, tool_call_id) for each "
+                          f"call, in Chat Completions' shape; got the roles {roles}.")
 
 
 def _request_budget(budget: float | RequestBudget | None) -> RequestBudget | None:

@@ -16,7 +16,7 @@ LAYERS = [
     {"llm", "scoring"},
     {"workflow", "conductor"},
     {"tasks"},
-    {"outcome", "pipeline", "baselines", "checkpoint", "viewer"},
+    {"outcome", "acting", "pipeline", "baselines", "checkpoint", "viewer"},
     {"eval", "train", "serve"},
     {"cli"},
 ]

@@ -33,6 +33,10 @@ is `compact` with both access values defined ("all" = the earlier steps' respons
 and asks for the question's operands in the subtask). All
 wording here is podium's own; the few-shot questions are written for podium and come from none
 of the benchmarks it evaluates.
+
+A question asked with tools is planned as the task `with_tools` makes: the question, then a
+`<tools>` block naming each tool and what it does (never its schema); the workers see that same
+task. Without tools the prompts are as above, unchanged.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from podium.conductor.fewshots import (
     format_examples,
 )
 from podium.errors import ConfigError
+from podium.llm.tools import Tool
 from podium.workflow.types import Workflow
 
 PoolDisplay = Literal["masked", "names", "descriptions"]
@@ -371,6 +376,16 @@ def conductor_messages(
         {"role": "user", "content": user},
         {"role": "assistant", "content": p.prefill},
     ]
+
+
+def with_tools(question: str, tools: Sequence[Tool]) -> str:
+    """`question` with the tools its answer may call: a delimited block of their names and
+    descriptions (one line each, whitespace flattened), never their schemas."""
+    lines = [f"- {t.name}: {' '.join(t.description.split())}" if t.description.strip()
+             else f"- {t.name}" for t in tools]
+    return (f"{question.rstrip()}\n\n<tools>\nThe final step may call these tools instead of "
+            "answering in text; the other steps cannot call them.\n" + "\n".join(lines)
+            + "\n</tools>")
 
 
 def estimate_tokens(text: str) -> int:

@@ -90,6 +90,16 @@ class Named:
 ToolChoice = Literal["auto", "none", "required"] | Named
 
 
+@dataclass(frozen=True)
+class ToolUse:
+    """The tools a request declares and how they may be used: what the step that writes the
+    answer is given (`podium.pipeline.Pipeline.ask(tools=...)`)."""
+
+    tools: tuple[Tool, ...]
+    choice: ToolChoice = "auto"
+    parallel_calls: bool | None = None  # None: the model's own default
+
+
 def tool_choice_openai(choice: ToolChoice) -> str | dict[str, Any]:
     """The Chat Completions `tool_choice` field."""
     if isinstance(choice, Named):

@@ -43,7 +43,7 @@ import jsonschema.validators  # type: ignore[import-untyped]
 from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError
 
-from podium.llm.tools import Named, Tool, ToolChoice
+from podium.llm.tools import Named, Tool, ToolUse
 from podium.serve.body import validation_error
 from podium.serve.conversation import Message
 from podium.serve.errors import bad_request
@@ -59,16 +59,6 @@ Namer = Callable[[int, str], str]
 
 def chat_namer(i: int, field: str) -> str:
     return f"messages.{i}.{field}" if field else f"messages.{i}"
-
-
-@dataclass(frozen=True)
-class ToolUse:
-    """The tools a request declares (as the model backends take them) and how they may be
-    used."""
-
-    tools: tuple[Tool, ...]
-    choice: ToolChoice = "auto"
-    parallel_calls: bool | None = None  # None: the model's own default
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,15 @@ client can stream: each piece of its text is emitted as an `AnswerText` event as
 writes it, scrubbed of secrets (`podium.redact.ScrubbedStream`); what was emitted is a prefix
 of the step's response. A client that cannot stream, or a cached reply, emits nothing.
 
+With tools (`ExecOptions.tools`), the last step *acts*: its worker is called with them
+(`podium.llm.tools.tools_kw`), unstreamed, and its calls are kept on its record
+(`tool_calls`); its text, possibly empty, is the answer. A reply that misuses the tools
+(`podium.workflow.tool_calls.reply_problem`: arguments not valid for the tool's schema, text
+under `tool_choice` "required") is asked again once; a second such reply fails the step
+(kind `other`, naming the tool). Both calls count in the step's tokens and cost. Earlier
+steps never get the tools. `call_step` makes one step's call: `execute_workflow` uses it for
+every step, and `podium.pipeline` for an acting step continued with its tool results.
+
 `Caps` hold one question's calls, tokens and cost across the Conductor and every round:
 a step that would go past a cap is not called; it and the steps after it are `skipped` with the
 cap as the recorded reason. Calls are reserved before they start, so parallel steps never
@@ -36,9 +45,11 @@ from typing import Literal
 
 from podium.config import Price
 from podium.errors import INTERNAL, WorkerError
-from podium.llm.base import ChatClient, Message, Sampling, sampling_kw, stream_kw
+from podium.llm.base import ChatClient, ChatResponse, Message, Sampling, sampling_kw, stream_kw
+from podium.llm.tools import Tool, ToolCall, ToolChoice, tools_kw
 from podium.redact import ScrubbedStream
 from podium.workflow.render import MessageOptions, PriorStep, worker_messages
+from podium.workflow.tool_calls import reply_problem
 from podium.workflow.types import Access, Workflow, access_json
 
 StepStatus = Literal["pending", "running", "ok", "error", "skipped"]
@@ -74,6 +85,7 @@ class StepRecord:
     cost: float | None = None
     cache_hit: bool = False
     retries: list[dict] = field(default_factory=list)  # failed attempts before the last one
+    tool_calls: list[ToolCall] = field(default_factory=list)  # an acting step's calls
 
     def to_json(self) -> dict:
         # field by field, copying the lists: `asdict`'s deep copy took most of a trace's CPU
@@ -81,6 +93,7 @@ class StepRecord:
         data["access"] = access_json(self.access)
         data["messages"] = [dict(m) for m in self.messages]
         data["retries"] = [dict(r) for r in self.retries]
+        data["tool_calls"] = [c.openai() for c in self.tool_calls]
         return data
 
 
@@ -108,6 +121,10 @@ class ExecOptions:
     # the last step's sampling (it writes the answer): a served request's temperature,
     # top_p, seed, stop and max_tokens; the other steps keep their models' own
     answer_sampling: Sampling | None = None
+    # the last step's tools (it acts with them), and how it may use them; () for none
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
 
 @dataclass
@@ -247,43 +264,80 @@ async def execute_workflow(
             done[i].set()
 
     async def call(rec: StepRecord) -> None:
-        rec.status = "running"
-        rec.started_s = time.perf_counter() - t0
-        emit("started", rec)
         last = rec.index == len(records) - 1
-        client = team.clients[rec.worker]
+        acting = last and bool(options.tools)
         text = (ScrubbedStream(lambda piece: emit("text", AnswerText(rec, piece)))
-                if last and stream_answer and on_event is not None else None)
-        try:
-            resp = await client.chat(
-                rec.messages, sample_id=f"{sample_id}:{rec.index}",
-                **sampling_kw(options.answer_sampling if last else None),
-                **stream_kw(client, text.add if text is not None else None))
-        except WorkerError as exc:
-            rec.status, rec.error_kind, rec.error = "error", exc.kind, str(exc)
-            rec.retries = list(exc.retries)
-        except Exception as exc:  # a broken client must not take the run down
-            rec.status, rec.error_kind = "error", INTERNAL
-            rec.error = f"{type(exc).__name__}: {exc}"
-        else:
-            rec.status, rec.response = "ok", resp.text
-            rec.prompt_tokens, rec.completion_tokens = resp.prompt_tokens, resp.completion_tokens
-            rec.reasoning_tokens, rec.finish_reason = resp.reasoning_tokens, resp.finish_reason
-            rec.latency_s, rec.model = resp.latency_s, resp.model
-            rec.request_id, rec.prefill = resp.request_id, resp.prefill
-            rec.cache_hit, rec.retries = resp.cache_hit, list(resp.retries)
-            if text is not None:
-                text.close()
-        price = team.prices[rec.worker]
-        rec.cost = price.cost(rec.prompt_tokens, rec.completion_tokens) if price else None
-        if caps is not None and not rec.cache_hit:
-            caps.spend(rec.prompt_tokens + rec.completion_tokens, rec.cost)
-        rec.finished_s = time.perf_counter() - t0
+                if last and not acting and stream_answer and on_event is not None else None)
+        await call_step(rec, team, options, answer=last, sample_id=f"{sample_id}:{rec.index}",
+                        caps=caps, on_text=text.add if text is not None else None,
+                        emit=emit, t0=t0)
+        if text is not None and rec.status == "ok":
+            text.close()
         if rec.status == "error" and options.on_error == "stop" and not stop:
             stop.append(f"stopped: step {rec.index} ({rec.worker_name}) failed")
         emit("finished", rec)
 
     await asyncio.gather(*(run_step(i) for i in range(len(records))))
     answer = None if stop else final_answer(records, options.final_answer)
+    if not stop and records and records[-1].tool_calls and records[-1].status == "ok":
+        answer = records[-1].response  # the step acted: its text (maybe "") beside its calls
     return Execution(workflow, records, answer, stop[0] if stop else None,
                        time.perf_counter() - t0)
+
+
+async def call_step(rec: StepRecord, team: Team, options: ExecOptions, *, answer: bool,
+                    sample_id: str, caps: Caps | None = None,
+                    on_text: Callable[[str], None] | None = None,
+                    emit: StepEvent | None = None, t0: float | None = None) -> None:
+    """Call `rec`'s worker with `rec.messages` (its call already reserved on `caps`) and
+    record the reply or the failure, its tokens, cost and timing on `rec`. `answer`: the step
+    writes the answer, so it is sampled by `options.answer_sampling` and, given
+    `options.tools`, acts with them (see the module docstring)."""
+    t0 = time.perf_counter() if t0 is None else t0
+    rec.status = "running"
+    rec.started_s = time.perf_counter() - t0
+    if emit is not None:
+        emit("started", rec)
+    client = team.clients[rec.worker]
+    acting = answer and bool(options.tools)
+    kw = {**sampling_kw(options.answer_sampling if answer else None),
+          **stream_kw(client, on_text)}
+    if acting:
+        kw.update(tools_kw(options.tools, options.tool_choice, options.parallel_tool_calls))
+    refused: list[ChatResponse] = []  # a reply that misused the tools, asked again
+    try:
+        resp = await client.chat(rec.messages, sample_id=sample_id, **kw)
+        problem = reply_problem(resp, options.tools, options.tool_choice) if acting else None
+        if problem is not None:
+            refused.append(resp)
+            rec.retries.append({"attempt": len(resp.retries) + 1, "kind": "tool_call",
+                                "status": None, "error": problem[:200], "wait_s": 0.0})
+            resp = await client.chat(rec.messages, sample_id=f"{sample_id}:again", **kw)
+            if (problem := reply_problem(resp, options.tools, options.tool_choice)) is not None:
+                refused.append(resp)
+                raise WorkerError(client.name, "other", f"{problem}; asked again once, it "
+                                  "replied no better")
+    except WorkerError as exc:
+        rec.status, rec.error_kind, rec.error = "error", exc.kind, str(exc)
+        rec.retries += list(exc.retries)
+    except Exception as exc:  # a broken client must not take the run down
+        rec.status, rec.error_kind = "error", INTERNAL
+        rec.error = f"{type(exc).__name__}: {exc}"
+    else:
+        rec.status, rec.response = "ok", resp.text
+        rec.prompt_tokens, rec.completion_tokens = resp.prompt_tokens, resp.completion_tokens
+        rec.reasoning_tokens, rec.finish_reason = resp.reasoning_tokens, resp.finish_reason
+        rec.latency_s, rec.model = resp.latency_s, resp.model
+        rec.request_id, rec.prefill = resp.request_id, resp.prefill
+        rec.cache_hit, rec.retries = resp.cache_hit, rec.retries + list(resp.retries)
+        rec.tool_calls = list(resp.tool_calls)
+    for r in refused:  # the refused replies were made and paid for: they count
+        if r is not resp or rec.status == "error":
+            rec.prompt_tokens += r.prompt_tokens
+            rec.completion_tokens += r.completion_tokens
+            rec.cache_hit = False
+    price = team.prices[rec.worker]
+    rec.cost = price.cost(rec.prompt_tokens, rec.completion_tokens) if price else None
+    if caps is not None and not rec.cache_hit:
+        caps.spend(rec.prompt_tokens + rec.completion_tokens, rec.cost)
+    rec.finished_s = time.perf_counter() - t0
