@@ -24,9 +24,11 @@ from starlette.types import Scope
 
 from podium.errors import ConfigError
 from podium.llm.base import Sampling
+from podium.llm.tools import ToolUse
 from podium.pipeline import RunResult
 from podium.serve import progress
 from podium.serve.access import RUN_NOTE
+from podium.serve.acting import Continuation
 from podium.serve.errors import ApiError, bad_request
 from podium.serve.metrics import USAGE
 from podium.serve.options import Options
@@ -45,7 +47,8 @@ Answerer = Callable[[Callable[[str, Any], None] | None], Awaitable[RunResult]]
 @dataclass(frozen=True)
 class ServedRequest:
     """One request to run, whichever API it came through: what was asked (the model, the
-    question, what it asks of the answer step's sampling), by whom, with which options."""
+    question, what it asks of the answer step's sampling, its tools, the tool results it
+    continues with), by whom, with which options."""
 
     trace_id: str
     model: str
@@ -55,6 +58,8 @@ class ServedRequest:
     stream: bool = False
     owner: str | None = None  # who asked (`podium.serve.auth.owner_of`); None without keys
     traced: dict = field(default_factory=dict)  # its sampling fields and `user`, for the trace
+    tools: ToolUse | None = None  # what the answer step may call (`podium.serve.tools`)
+    continuing: Continuation | None = None  # tool results the acting step goes on with
 
 
 class Slots:
@@ -160,7 +165,8 @@ def _about(request: ServedRequest) -> dict:
     """What the trace records of the request, before the run's own record."""
     return {"id": request.trace_id, "created": int(time.time()), "model": request.model,
             "stream": request.stream, "options": request.options.model_dump(exclude_none=True),
-            **request.traced, **({"owner": request.owner} if request.owner else {})}
+            **request.traced, **({"owner": request.owner} if request.owner else {}),
+            **(request.continuing.traced() if request.continuing else {})}
 
 
 def _account(result: RunResult, tid: str, scope: Scope) -> None:

@@ -103,14 +103,25 @@ class TeamServer:
         """How the model asked for answers: the team (the Conductor, on the sub-pool named),
         or, for a pass-through model, one call to that worker."""
         opts, question, answer = request.options, request.question, request.sampling
+        tools, going = request.tools, request.continuing
         if request.model == MODEL:
             workers = _workers(self.pipeline, opts)
             pipe = _variant(self.pipeline, opts, answer)
+            if tools is not None:
+                _actor(self.pipeline, workers)
+            if going is not None and tools is not None:
+                return lambda on_event: pipe.continue_acting(going.state, going.exchange,
+                                                             tools, on_event=on_event)
             return lambda on_event: pipe.ask(question, workers=workers, on_event=on_event,
                                              stream_answer=on_event is not None,
-                                             budget=opts.budget)
+                                             budget=opts.budget, tools=tools)
         if request.model not in self.served:
             raise no_model(request.model, self.served)
+        if tools is not None or going is not None:
+            raise bad_request(f"Tool calling is served by the {MODEL!r} model; "
+                              f"{request.model!r} is one worker, asked directly, with text "
+                              f"only. Ask model={MODEL!r}, or leave 'tools' out.",
+                              param="tools", code="unsupported_parameter")
         if opts.workers or opts.recursion is not None:
             raise bad_request(f"workers and recursion are options of the {MODEL!r} model; "
                               f"{request.model!r} is one worker, asked directly.",
@@ -160,6 +171,19 @@ def _workers(pipeline: Pipeline, opts: Options) -> list[int] | None:
                           f"its workers are: {', '.join(index)}.", param="workers",
                           code="unknown_worker")
     return [index[n] for n in opts.workers]
+
+
+def _actor(pipeline: Pipeline, workers: list[int] | None) -> None:
+    """A 400 naming `tools` before anything is spent when no worker asked can act with them
+    (`tools = true` in its pool entry and a backend that takes tools)."""
+    indices = range(len(pipeline.pool.workers)) if workers is None else workers
+    if not any(pipeline.pool.workers[i].tools
+               and getattr(pipeline.team.clients[i], "supports_tools", False) for i in indices):
+        raise bad_request("No worker this request may use can act with tools: the podium "
+                          "model answers a request with tools through a worker whose pool "
+                          "entry sets tools = true, with a backend that takes tools (openai, "
+                          "anthropic, gemini). Leave 'tools' out, or ask the server's operator "
+                          "for such a worker.", param="tools", code="unsupported_parameter")
 
 
 def _variant(pipeline: Pipeline, opts: Options, answer: Sampling | None) -> Pipeline:

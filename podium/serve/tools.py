@@ -318,18 +318,6 @@ def _turn(messages: list[Message], name: Namer) -> Turn:
     return Turn("continuation", users[-1], results)
 
 
-def not_served_yet(use: ToolUse | None, messages: list[Message], name: Namer) -> None:
-    """Refuse tool calling, which the podium model does not serve yet: a 400 naming `tools`,
-    or the first message with tool calls of a conversation sent without tools."""
-    i = next((i for i, m in enumerate(messages) if m.tool_calls), None)
-    if use is None and i is None:
-        return
-    param = "tools" if use is not None else name(i or 0, "tool_calls")
-    raise bad_request("Tool calling is not served yet by the podium model: it answers with "
-                      "text only. Leave 'tools' out, and send a conversation without tool "
-                      "calls and results.", param=param, code="unsupported_parameter")
-
-
 def _short(text: str, most: int = 48) -> str:
     return text if len(text) <= most else text[:most] + "..."
 

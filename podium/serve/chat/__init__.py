@@ -2,7 +2,7 @@
 
     route.py     the handler: key, body, question, run, reply or stream
     request.py   `ChatRequest`: its fields validated, the sampling the answer step honours,
-                 the fields refused (`n > 1`, `tools`...)
+                 the fields refused (`n > 1`, `functions`...)
     reply.py     the `chat.completion` body of a finished run (usage, finish reason)
     stream.py    the `chat.completion.chunk` events of a streamed run
 

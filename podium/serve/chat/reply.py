@@ -5,7 +5,8 @@ Pure functions of a `RunResult`, so the wire format is tested without a server.
 **The answer** is the pipeline's final answer exactly as the last worker wrote it (so it may
 hold the `<answer>…</answer>` tags the workers are prompted to use); podium does not rewrite
 it. `finish_reason` is "length" when the step that gave the answer stopped at its model's
-`max_tokens` (the answer is cut short), otherwise "stop".
+`max_tokens` (the answer is cut short), otherwise "stop". A run whose answer step called
+tools answers with them (`tool_calls`, finish_reason "tool_calls"; `podium.serve.acting`).
 
 **Usage** is `outcome.used`: every call the run made (the Conductor's and every worker's,
 answers from the response cache included), summed. The `podium` field adds what OpenAI's
@@ -14,8 +15,10 @@ format has no place for (`podium.serve.reply.podium_json`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from podium.llm.tools import ToolCall
 from podium.serve.reply import podium_json
 
 
@@ -37,12 +40,18 @@ def finish_reason(result) -> str:
     return "stop"
 
 
-def completion_json(cid: str, created: int, model: str, result,
-                    trace_id: str | None) -> dict[str, Any]:
+def completion_json(cid: str, created: int, model: str, result, trace_id: str | None,
+                    calls: Sequence[ToolCall] = ()) -> dict[str, Any]:
+    """The body; with `calls` (the run's tool calls, their ids sealed), the message carries
+    them (its content the acting step's text, or null) and finish_reason is "tool_calls"."""
+    message: dict[str, Any] = {"role": "assistant", "content": result.answer}
+    if calls:
+        message = {"role": "assistant", "content": result.answer or None,
+                   "tool_calls": [c.openai() for c in calls]}
     body: dict[str, Any] = {
         "id": cid, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer},
-                     "logprobs": None, "finish_reason": finish_reason(result)}],
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": "tool_calls" if calls else finish_reason(result)}],
         "usage": usage_json(result),
         "podium": podium_json(result),
     }

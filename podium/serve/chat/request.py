@@ -7,9 +7,8 @@ beside them (`podium.serve.options`), and `messages` become the question
 (`podium.serve.conversation`).
 
 `tools`, `tool_choice`, `parallel_tool_calls` and the conversation's tool calls and results
-are checked (`podium.serve.tools`: a malformed one is a 400 naming its field); a request that
-passes, with tools or tool calls, is then refused: tool calling is not served yet (a 400
-naming `tools`, or the first message with tool calls).
+are checked (`podium.serve.tools`: a malformed one is a 400 naming its field), and the kind of
+turn the conversation is read (`podium.serve.acting` continues one that ends in tool results).
 
 The sampling fields, beyond those both APIs share (`podium.serve.options`):
 
@@ -34,6 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from podium.llm.base import Sampling
+from podium.llm.tools import ToolUse
 from podium.serve.body import validated
 from podium.serve.conversation import Message
 from podium.serve.errors import bad_request
@@ -46,7 +46,7 @@ from podium.serve.options import (
     sampling,
     unhonoured,
 )
-from podium.serve.tools import chat_namer, chat_tool_use, not_served_yet, read_conversation
+from podium.serve.tools import Turn, chat_namer, chat_tool_use, read_conversation
 
 MAX_STOP = 4  # stop sequences, as OpenAI takes them
 MAX_STOP_CHARS = 1000  # characters in one stop sequence
@@ -106,8 +106,9 @@ class ChatRequest(SampledRequest):
         return sampling(self.temperature, self.top_p, self.seed, tuple(stop), limit)
 
 
-def parse_body(raw: bytes) -> tuple[ChatRequest, Options]:
-    """The request and its podium options, or an ApiError (400) naming the bad field."""
+def parse_body(raw: bytes) -> tuple[ChatRequest, Options, ToolUse | None, Turn]:
+    """The request, its podium options, its tools and its kind of turn, or an ApiError (400)
+    naming the bad field."""
     req, data = validated(raw, ChatRequest, RULES)
     if req.n not in (None, 1):
         raise bad_request("n must be 1: the team writes one answer per request.", param="n",
@@ -118,6 +119,5 @@ def parse_body(raw: bytes) -> tuple[ChatRequest, Options]:
                               "team's answer as text. Leave it out.", param=key,
                               code="unsupported_parameter")
     use = chat_tool_use(data)
-    read_conversation(req.messages, use, chat_namer)
-    not_served_yet(use, req.messages, chat_namer)
-    return req, options_of(data, req.metadata or {})
+    turn = read_conversation(req.messages, use, chat_namer)
+    return req, options_of(data, req.metadata or {}), use, turn

@@ -4,17 +4,19 @@ The role; the progress as `reasoning_content` deltas, one line each
 (`podium.serve.progress`), until the answer begins; the answer as `content` deltas as the
 worker writing it produces them (where its backend streams: OpenAI-compatible endpoints and
 the embedded model; otherwise, and for a cached reply, the whole answer once its step is
-done, in pieces); the finish reason; the usage chunk when `stream_options.include_usage`
-asks for it; `data: [DONE]`. A run without an answer ends with one `data: {"error": ...}`
+done, in pieces); a run that called tools, its calls as `tool_calls` deltas (each call's
+id, type and name, then its whole arguments); the finish reason ("tool_calls" after calls);
+the usage chunk when `stream_options.include_usage` asks for it; `data: [DONE]`. A run without an answer ends with one `data: {"error": ...}`
 event instead.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from podium.llm.tools import ToolCall
 from podium.serve.chat.reply import finish_reason, usage_json
 from podium.serve.inflight import CLIENT_GONE, InFlight, finished
 from podium.serve.reply import (
@@ -47,8 +49,11 @@ def sse(body: dict | str) -> str:
 
 
 async def stream(flight: InFlight, cid: str, created: int, model: str, tid: str | None,
-                 include_usage: bool) -> AsyncIterator[str]:
-    """The Chat Completions stream of one run (this module's docstring lists its events)."""
+                 include_usage: bool,
+                 seal: Callable[[Any], Sequence[ToolCall]] = lambda result: ()
+                 ) -> AsyncIterator[str]:
+    """The Chat Completions stream of one run (this module's docstring lists its events);
+    `seal` gives a finished run's tool calls, their ids sealed."""
     extra = {"usage": None} if include_usage else {}
 
     def piece(delta: dict | None, finish: str | None = None, **more) -> str:
@@ -70,11 +75,17 @@ async def stream(flight: InFlight, cid: str, created: int, model: str, tid: str 
         if rest is None:  # the run failed, or its answer is not the text already sent
             yield sse((error if error is not None else replaced_answer()).body())
             return
-        if rest or not sent:
+        calls = seal(result)
+        if rest or not (sent or calls):
             for text in answer_pieces(rest):
                 yield piece({"content": text})
+        for k, call in enumerate(calls):  # OpenAI's shape: the name first, then arguments
+            yield piece({"tool_calls": [{"index": k, "id": call.id, "type": "function",
+                                         "function": {"name": call.name, "arguments": ""}}]})
+            yield piece({"tool_calls": [{"index": k,
+                                         "function": {"arguments": call.arguments}}]})
         ids = {"podium_trace_id": tid} if tid else {}
-        yield piece({}, finish_reason(result), **ids)
+        yield piece({}, "tool_calls" if calls else finish_reason(result), **ids)
         if include_usage:
             yield chunk(cid, created, model, None, usage=usage_json(result),
                         podium=podium_json(result), **ids)

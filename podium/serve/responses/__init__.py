@@ -4,7 +4,7 @@ Enough of OpenAI's newer API for clients that speak only it.
 
     route.py     the handler: key, body, question, run, response or stream
     request.py   `ResponsesRequest`: its fields validated, `input` and `instructions` made
-                 the conversation, the fields refused (tools, `previous_response_id`,
+                 the conversation, the fields refused (`previous_response_id`,
                  `store: true`, non-text input)
     reply.py     the `response` object of a run and its output items
     stream.py    the `response.*` events of a streamed run

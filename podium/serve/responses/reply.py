@@ -1,7 +1,9 @@
 """The Responses API's `response` object of a run, and its output items.
 
 The response holds one `message` output item with one `output_text` part (the team's answer,
-as the pipeline gives it; `response.output_text` in the openai client), `usage` as
+as the pipeline gives it; `response.output_text` in the openai client), or, when the answer
+step called tools, a `function_call` item per call (after the message item when the step also
+wrote text), `usage` as
 `input_tokens` / `output_tokens` / `total_tokens` over every call the run made, the same
 `podium` field as chat completions (`podium.serve.reply.podium_json`), and the request's
 `temperature`, `top_p` and `max_output_tokens` echoed.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from podium.llm.tools import ToolCall
 from podium.serve.reply import podium_json
 from podium.serve.responses.request import ResponsesRequest
 
@@ -35,6 +38,13 @@ def message_item(mid: str, text: str | None, status: str = "completed") -> dict[
                                         "annotations": []}]
     return {"type": "message", "id": mid, "status": status, "role": "assistant",
             "content": content}
+
+
+def call_item(call: ToolCall, status: str = "completed") -> dict[str, Any]:
+    """A tool call as a `function_call` output item (`call_id` the sealed id the
+    `function_call_output` answers)."""
+    return {"type": "function_call", "id": f"fc_{uuid.uuid4().hex}", "call_id": call.id,
+            "name": call.name, "arguments": call.arguments, "status": status}
 
 
 def response_json(rid: str, created: int, model: str, req: ResponsesRequest, *,

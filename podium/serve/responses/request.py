@@ -14,12 +14,13 @@ message's `tool_calls` (one message for calls in a row, with the assistant's tex
 them), and `function_call_output` items (`{"type", "call_id", "output"}`) `tool` messages:
 Chat Completions' shape, which `podium.serve.tools` checks as for chat completions, with its
 400s naming the Responses field (`input.3.call_id`). `tools`, `tool_choice` and
-`parallel_tool_calls` are checked there too. A request that passes, with tools or tool calls,
-is then refused: tool calling is not served yet.
+`parallel_tool_calls` are checked there too, and the kind of turn is read
+(`podium.serve.acting` continues one that ends in tool results).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import (
@@ -33,11 +34,12 @@ from pydantic import (
 )
 
 from podium.llm.base import Sampling
+from podium.llm.tools import ToolUse
 from podium.serve.body import validated, validation_error
 from podium.serve.conversation import FunctionCall, Message, ToolCall, question_of
 from podium.serve.errors import ApiError, bad_request
 from podium.serve.options import SAMPLING_RULES, Options, SampledRequest, options_of, sampling
-from podium.serve.tools import not_served_yet, read_conversation, responses_tool_use
+from podium.serve.tools import Turn, read_conversation, responses_tool_use
 
 TEXT_TYPES = ("input_text", "output_text", "text")
 RULES = {**SAMPLING_RULES, "max_output_tokens": "a positive integer",
@@ -60,8 +62,21 @@ class ResponsesRequest(SampledRequest):
         return sampling(self.temperature, self.top_p, None, (), self.max_output_tokens)
 
 
-def parse_body(raw: bytes) -> tuple[ResponsesRequest, Options, list[Message]]:
-    """The request, its podium options and its conversation as chat messages (or a 400)."""
+@dataclass(frozen=True)
+class Parsed:
+    """A Responses request read: the request, its podium options, its conversation as chat
+    messages (each field named as `input` names it: `naming`), its tools and kind of turn."""
+
+    req: ResponsesRequest
+    options: Options
+    messages: list[Message]
+    naming: InputNamer
+    tools: ToolUse | None
+    turn: Turn
+
+
+def parse_body(raw: bytes) -> Parsed:
+    """The request read (`Parsed`), or a 400 naming the bad field."""
     req, data = validated(raw, ResponsesRequest, RULES)
     for key in ("previous_response_id", "conversation", "prompt"):
         if data.get(key) not in (None, [], "none", "auto"):
@@ -76,9 +91,8 @@ def parse_body(raw: bytes) -> tuple[ResponsesRequest, Options, list[Message]]:
                           param="store", code="unsupported_value")
     use = responses_tool_use(data)
     messages, naming = _messages(req)
-    read_conversation(messages, use, naming)
-    not_served_yet(use, messages, naming)
-    return req, options_of(data, req.metadata or {}), messages
+    turn = read_conversation(messages, use, naming)
+    return Parsed(req, options_of(data, req.metadata or {}), messages, naming, use, turn)
 
 
 class _FunctionCall(BaseModel):

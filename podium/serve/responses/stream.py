@@ -8,6 +8,10 @@
     response.content_part.added
     response.output_text.delta     ...    the answer, as the worker writing it produces it
     response.output_text.done, response.content_part.done, response.output_item.done
+    response.output_item.added            a `function_call` item per tool call the answer
+    response.function_call_arguments.delta    step made (after the message item, which is
+    response.function_call_arguments.done     left out when the step wrote no text): its
+    response.output_item.done                 whole arguments in one delta
     response.completed                    the whole response, usage included
 
 The reasoning item closes when the answer begins (progress after that is in the trace only).
@@ -20,12 +24,13 @@ answer.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from podium.llm.tools import ToolCall
 from podium.serve.inflight import CLIENT_GONE, InFlight, finished
 from podium.serve.reply import KEEPALIVE, answer_pieces, replaced_answer, rest_of, run_events
-from podium.serve.responses.reply import message_item, response_json
+from podium.serve.responses.reply import call_item, message_item, response_json
 from podium.serve.responses.request import ResponsesRequest
 from podium.workflow.execute import AnswerText
 
@@ -49,6 +54,18 @@ class EventStream:
                            content_index=0,
                            part={"type": "output_text", "text": "", "annotations": []})]
 
+    def call(self, index: int, item: dict) -> list[str]:
+        """A `function_call` item's events: added, its arguments (whole, in one delta),
+        done."""
+        fid, arguments = item["id"], item["arguments"]
+        return [self.event("response.output_item.added", output_index=index,
+                           item={**item, "arguments": "", "status": "in_progress"}),
+                self.event("response.function_call_arguments.delta", item_id=fid,
+                           output_index=index, delta=arguments),
+                self.event("response.function_call_arguments.done", item_id=fid,
+                           output_index=index, name=item["name"], arguments=arguments),
+                self.event("response.output_item.done", output_index=index, item=item)]
+
     def delta(self, mid: str, piece: str) -> str:
         return self.event("response.output_text.delta", item_id=mid, output_index=1,
                           content_index=0, delta=piece, logprobs=[])
@@ -65,8 +82,11 @@ class EventStream:
 
 
 async def stream(flight: InFlight, req: ResponsesRequest, ids: tuple[str, str, str],
-                 created: int, tid: str | None) -> AsyncIterator[str]:
-    """The Responses API's events for one run (this module's docstring lists them)."""
+                 created: int, tid: str | None,
+                 seal: Callable[[Any], Sequence[ToolCall]] = lambda result: ()
+                 ) -> AsyncIterator[str]:
+    """The Responses API's events for one run (this module's docstring lists them); `seal`
+    gives a finished run's tool calls, their ids sealed."""
     rid, rsid, mid = ids
     ev = EventStream()
 
@@ -120,16 +140,24 @@ async def stream(flight: InFlight, req: ResponsesRequest, ids: tuple[str, str, s
                 "failed", output=output, result=result,
                 error={"code": body["code"] or "server_error", "message": body["message"]}))
             return
-        if sent is None:
-            for event in ev.open_answer(mid):
+        calls = seal(result)
+        output = [reasoning]
+        if sent is not None or result.answer or not calls:
+            if sent is None:
+                for event in ev.open_answer(mid):
+                    yield event
+            if rest or not sent:
+                for piece in answer_pieces(rest):
+                    yield ev.delta(mid, piece)
+            for event in ev.close_answer(mid, result.answer):
                 yield event
-        if rest or not sent:
-            for piece in answer_pieces(rest):
-                yield ev.delta(mid, piece)
-        for event in ev.close_answer(mid, result.answer):
-            yield event
+            output.append(message_item(mid, result.answer))
+        for call in calls:
+            made = call_item(call)
+            for event in ev.call(len(output), made):
+                yield event
+            output.append(made)
         yield ev.event("response.completed", response=whole(
-            "completed", output=[reasoning, message_item(mid, result.answer)],
-            result=result))
+            "completed", output=output, result=result))
     finally:
         flight.stop(CLIENT_GONE)  # when still running, the client went away: stop paying

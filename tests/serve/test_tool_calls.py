@@ -1,0 +1,308 @@
+"""`podium serve` answers with tool calls, driven by the real `openai` SDK: Chat Completions
+and the Responses API, whole and streamed; the client runs the tool and comes back with the
+result, and the acting worker goes on (no new plan); several calls at once; a result for a
+call the server never made is a 400 that spends nothing; the traces record the calls, the
+results and the trace a continuation continues.
+
+The server is `create_app` under uvicorn in a thread; its workers are models of a real
+scripted OpenAI-compatible server (`tool_calls_by_model`), its Conductor a Python function
+writing a fixed plan."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from support import InThreadServer
+
+from podium.config import ModelSpec, pool_from_dict
+from podium.llm.function import FunctionClient
+from podium.llm.registry import build_client
+from podium.pipeline import Pipeline
+from podium.serve import ServeConfig, create_app
+from podium.testing import ScriptedServer
+
+KEY = "sk-podium-tool-calls-test-51e0"
+QUESTION = "Should I take an umbrella in Oslo today?"
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city now.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"], "additionalProperties": False}}}
+CLOCK = {"type": "function", "function": {
+    "name": "get_time", "description": "The local time in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
+CALLS = {"agent": [{"name": "get_weather", "arguments": {"city": "Oslo"}}],
+         "pair": [{"name": "get_weather", "arguments": {"city": "Oslo"}},
+                  {"name": "get_time", "arguments": {"city": "Oslo"}}]}
+# pool indices: 0 plain (no tools), 1 agent (one call), 2 pair (two calls at once)
+WORKERS = [("plain", False), ("agent", True), ("pair", True)]
+
+
+class Planner:
+    """A Conductor writing one fixed plan (`ids`, each step seeing every earlier one),
+    counting the plans it wrote."""
+
+    def __init__(self) -> None:
+        self.ids = [0, 1]
+        self.plans = 0
+
+    def __call__(self, messages: list[dict]) -> str:
+        self.plans += 1
+        subtasks = ", ".join(f'"Step {k}."' for k in range(len(self.ids)))
+        access = ", ".join(["[]"] + ['"all"'] * (len(self.ids) - 1))
+        return f"model_id = {self.ids}\nsubtasks = [{subtasks}]\naccess_list = [{access}]"
+
+
+class Served:
+    def __init__(self, scripted: ScriptedServer, planner: Planner, base: str) -> None:
+        self.scripted, self.planner, self.base = scripted, planner, base
+        self.http = httpx.Client(base_url=base, timeout=30, trust_env=False,
+                                 headers={"Authorization": f"Bearer {KEY}"})
+        self.client = openai.OpenAI(base_url=f"{base}/v1", api_key=KEY, max_retries=0,
+                                    http_client=httpx.Client(trust_env=False, timeout=30))
+
+    def log(self) -> list[dict]:
+        return self.scripted.stats()["log"]
+
+    def trace(self, tid: str) -> dict:
+        resp = self.http.get(f"/v1/traces/{tid}")
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> Iterator[Served]:
+    planner = Planner()
+    with ScriptedServer(latency=0.0, tool_calls_by_model=CALLS) as scripted:
+        pool = pool_from_dict({
+            "conductor": {"backend": "function",
+                          "function": "podium.testing.workers:one_step"},
+            "workers": [{"name": name, "backend": "openai", "model": name,
+                         "base_url": scripted.base_url, "backoff_s": 0.01, "tools": tools}
+                        for name, tools in WORKERS],
+            "run": {"cache": False}}, "tools.toml")
+        conductor = FunctionClient(ModelSpec(name="conductor", backend="function",
+                                             function="podium.testing.workers:one_step"),
+                                   planner)
+        pipe = Pipeline(pool, clients=(conductor, [build_client(w) for w in pool.workers]))
+        config = ServeConfig(keys=(KEY,), trace_dir=tmp_path_factory.mktemp("tool-traces"))
+        running = InThreadServer(create_app(config, pipe), name="podium tool-call server",
+                                 log_config=None).started()
+        try:
+            yield Served(scripted, planner, running.base)
+        finally:
+            running.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fresh(served: Served) -> None:
+    served.scripted.reset()
+    served.planner.ids = [0, 1]
+
+
+def _arguments(call: Any) -> dict:
+    return json.loads(call.function.arguments)
+
+
+def test_chat_tool_calls_then_the_results_give_the_final_text(served: Served) -> None:
+    client = served.client
+    messages: list[Any] = [{"role": "user", "content": QUESTION}]
+    first = client.chat.completions.create(model="podium", messages=messages, tools=[WEATHER],
+                                           extra_body={"return_trace_id": True})
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    [call] = choice.message.tool_calls or []
+    assert (call.type, call.function.name, _arguments(call)) == (
+        "function", "get_weather", {"city": "Oslo"})
+    assert call.id.startswith("call_")
+    acting = served.log()[-1]  # the acting worker was given the tools; its id is not shown
+    assert acting["model"] == "agent" and acting["params"]["tools"] == [WEATHER]
+    trace = served.trace(first.podium_trace_id)  # type: ignore[attr-defined]
+    step = trace["steps"][-1]
+    worker_id = step["tool_calls"][0]["id"]
+    assert step["tool_calls"][0]["function"] == {"name": "get_weather",
+                                                 "arguments": call.function.arguments}
+    assert worker_id != call.id and worker_id not in call.id
+
+    # the client runs the tool and sends the result back: no new plan, the same worker
+    plans, requests = served.planner.plans, len(served.log())
+    messages += [choice.message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "Rain, 9 C"}]
+    final = client.chat.completions.create(model="podium", messages=messages, tools=[WEATHER],
+                                           extra_body={"return_trace_id": True})
+    assert final.choices[0].finish_reason == "stop"
+    assert final.choices[0].message.content == "[agent] tool results: Rain, 9 C"
+    assert served.planner.plans == plans
+    log = served.log()[requests:]
+    assert [r["model"] for r in log] == ["agent"]
+    # the worker got its own call id back, with the result
+    exchange = log[0]["tool_messages"]
+    assert exchange[0]["tool_calls"][0]["id"] == worker_id
+    assert exchange[-1] == {"role": "tool", "tool_call_id": worker_id, "content": "Rain, 9 C"}
+    again = served.trace(final.podium_trace_id)  # type: ignore[attr-defined]
+    assert again["continues"] == first.podium_trace_id  # type: ignore[attr-defined]
+    assert again["tool_results"] == [{"tool_call_id": worker_id, "content": "Rain, 9 C"}]
+
+
+def test_parallel_calls_each_carry_a_sealed_id_and_their_results_go_back_together(
+        served: Served) -> None:
+    served.planner.ids = [2]
+    tools = [WEATHER, CLOCK]
+    messages: list[Any] = [{"role": "user", "content": QUESTION}]
+    first = served.client.chat.completions.create(model="podium", messages=messages,
+                                                  tools=tools)
+    calls = first.choices[0].message.tool_calls or []
+    assert [c.function.name for c in calls] == ["get_weather", "get_time"]
+    assert len({c.id for c in calls}) == 2
+    results = {"get_weather": "Rain", "get_time": "08:15"}
+    messages += [first.choices[0].message.model_dump(exclude_none=True),
+                 *({"role": "tool", "tool_call_id": c.id,
+                    "content": results[c.function.name]} for c in reversed(calls))]
+    final = served.client.chat.completions.create(model="podium", messages=messages,
+                                                  tools=tools)
+    assert final.choices[0].message.content == "[pair] tool results: 08:15 | Rain"
+
+
+def test_chat_streamed_tool_calls_accumulate_in_the_sdk(served: Served) -> None:
+    calls: dict[int, dict] = {}
+    finish = None
+    with served.client.chat.completions.stream(
+            model="podium", tools=[WEATHER],
+            messages=[{"role": "user", "content": QUESTION}]) as stream:
+        for event in stream:
+            if event.type == "chunk" and event.chunk.choices:
+                finish = event.chunk.choices[0].finish_reason or finish
+        done = stream.get_final_completion()
+    assert finish == "tool_calls"
+    [call] = done.choices[0].message.tool_calls or []
+    assert (call.function.name, _arguments(call)) == ("get_weather", {"city": "Oslo"})
+    calls[0] = call.model_dump()
+    # the streamed id continues the run as the whole reply's does
+    final = served.client.chat.completions.create(model="podium", tools=[WEATHER], messages=[
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": None, "tool_calls": [calls[0]]},
+        {"role": "tool", "tool_call_id": call.id, "content": "Dry"}])
+    assert final.choices[0].message.content == "[agent] tool results: Dry"
+
+
+RT_WEATHER = {"type": "function", **WEATHER["function"]}
+
+
+def test_responses_function_calls_then_the_output_gives_the_final_text(
+        served: Served) -> None:
+    first = served.client.responses.create(model="podium", input=QUESTION, tools=[RT_WEATHER])
+    [item] = first.output
+    assert item.type == "function_call"
+    assert (item.name, json.loads(item.arguments), item.status) == (
+        "get_weather", {"city": "Oslo"}, "completed")
+    plans = served.planner.plans
+    final = served.client.responses.create(model="podium", tools=[RT_WEATHER], input=[
+        {"role": "user", "content": QUESTION},
+        {"type": "function_call", "call_id": item.call_id, "name": item.name,
+         "arguments": item.arguments},
+        {"type": "function_call_output", "call_id": item.call_id, "output": "Sunny"}])
+    assert final.output_text == "[agent] tool results: Sunny"
+    assert served.planner.plans == plans
+
+
+def test_responses_streamed_function_call_events(served: Served) -> None:
+    kinds = []
+    with served.client.responses.stream(model="podium", input=QUESTION,
+                                        tools=[RT_WEATHER]) as stream:
+        for event in stream:
+            kinds.append(event.type)
+        done = stream.get_final_response()
+    calls = [k for k in kinds if "function_call" in k or k.startswith("response.output_item")]
+    assert calls[-4:] == ["response.output_item.added",
+                          "response.function_call_arguments.delta",
+                          "response.function_call_arguments.done",
+                          "response.output_item.done"]
+    assert kinds[-1] == "response.completed"
+    [item] = [o for o in done.output if o.type == "function_call"]
+    assert json.loads(item.arguments) == {"city": "Oslo"}
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+def test_a_result_for_a_call_never_made_is_a_400_and_spends_nothing(
+        served: Served, path: str) -> None:
+    forged = "call_" + "A" * 120
+    if path == "/v1/responses":
+        body: dict = {"model": "podium", "tools": [RT_WEATHER], "input": [
+            {"role": "user", "content": QUESTION},
+            {"type": "function_call", "call_id": forged, "name": "get_weather",
+             "arguments": '{"city": "Oslo"}'},
+            {"type": "function_call_output", "call_id": forged, "output": "Rain"}]}
+        param = "input.2.call_id"
+    else:
+        body = {"model": "podium", "tools": [WEATHER], "messages": [
+            {"role": "user", "content": QUESTION},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": forged, "type": "function",
+                 "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+            {"role": "tool", "tool_call_id": forged, "content": "Rain"}]}
+        param = "messages.2.tool_call_id"
+    plans = served.planner.plans
+    resp = served.http.post(path, json=body)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["param"] == param and "not a call this server made" in error["message"]
+    assert served.log() == [] and served.planner.plans == plans
+
+
+def test_a_continuation_without_its_tools_is_a_400_naming_them(served: Served) -> None:
+    first = served.client.chat.completions.create(
+        model="podium", tools=[WEATHER], messages=[{"role": "user", "content": QUESTION}])
+    message = first.choices[0].message
+    requests = len(served.log())
+    with pytest.raises(openai.BadRequestError) as refused:
+        served.client.chat.completions.create(model="podium", messages=[
+            {"role": "user", "content": QUESTION}, message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": (message.tool_calls or [])[0].id,
+             "content": "Rain"}])
+    assert refused.value.body["param"] == "tools"  # type: ignore[index]
+    assert len(served.log()) == requests
+
+
+def test_a_request_without_tools_is_answered_in_text(served: Served) -> None:
+    reply = served.client.chat.completions.create(
+        model="podium", messages=[{"role": "user", "content": QUESTION}])
+    assert reply.choices[0].finish_reason == "stop"
+    assert reply.choices[0].message.tool_calls is None
+    assert (reply.choices[0].message.content or "").startswith("[agent] ")
+    assert "tools" not in served.log()[-1]["params"]
+
+
+def test_an_agents_sdk_agent_runs_its_two_tools_to_its_final_output(served: Served) -> None:
+    agents = pytest.importorskip("agents")
+    served.planner.ids = [2]
+    ran: list[tuple[str, str]] = []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city now."""
+        ran.append(("get_weather", city))
+        return "Rain"
+
+    @agents.function_tool
+    def get_time(city: str) -> str:
+        """The local time in a city."""
+        ran.append(("get_time", city))
+        return "08:15"
+
+    agents.set_tracing_disabled(True)
+    client = openai.AsyncOpenAI(base_url=f"{served.base}/v1", api_key=KEY, max_retries=0,
+                                http_client=httpx.AsyncClient(trust_env=False, timeout=30))
+    agent = agents.Agent(name="assistant", instructions="Answer with the tools.",
+                         tools=[get_weather, get_time],
+                         model=agents.OpenAIChatCompletionsModel("podium", client))
+    result = asyncio.run(asyncio.wait_for(agents.Runner.run(agent, QUESTION), 60))
+    assert sorted(ran) == [("get_time", "Oslo"), ("get_weather", "Oslo")]
+    assert result.final_output == "[pair] tool results: Rain | 08:15"
+    assert served.planner.plans >= 1 and [r["model"] for r in served.log()] == ["pair", "pair"]
