@@ -2,7 +2,9 @@
 and the Responses API, whole and streamed; the client runs the tool and comes back with the
 result, and the acting worker goes on (no new plan); several calls at once; a result for a
 call the server never made is a 400 that spends nothing; the traces record the calls, the
-results and the trace a continuation continues.
+results and the trace a continuation continues; a Responses reply echoes the request's tools.
+Two agent frameworks run their tool loops to a final output against it: the OpenAI Agents SDK
+and pydantic-ai (its Chat Completions and Responses models).
 
 The server is `create_app` under uvicorn in a thread; its workers are models of a real
 scripted OpenAI-compatible server (`tool_calls_by_model`), its Conductor a Python function
@@ -229,6 +231,32 @@ def test_responses_streamed_function_call_events(served: Served) -> None:
     assert json.loads(item.arguments) == {"city": "Oslo"}
 
 
+def test_a_response_echoes_the_tools_and_tool_choice_it_was_sent(served: Served) -> None:
+    clock = {"type": "function", "name": "get_time",
+             "parameters": CLOCK["function"]["parameters"], "strict": False}
+    sent = {"tools": [RT_WEATHER, clock], "tool_choice": {"type": "function",
+                                                          "name": "get_weather"},
+            "parallel_tool_calls": False}
+    reply = served.client.responses.create(model="podium", input=QUESTION, **sent)
+    expected = [RT_WEATHER, clock]
+    assert [t.model_dump(exclude_none=True) for t in reply.tools] == expected
+    assert reply.tool_choice.model_dump() == sent["tool_choice"]  # type: ignore[union-attr]
+    assert reply.parallel_tool_calls is False
+    assert served.log()[-1]["params"]["tool_choice"] == {"type": "function",
+                                                        "function": {"name": "get_weather"}}
+    with served.client.responses.stream(model="podium", input=QUESTION, **sent) as stream:
+        events = [e for e in stream if e.type in ("response.created", "response.completed")]
+    assert len(events) == 2
+    for event in events:
+        assert [t.model_dump(exclude_none=True) for t in event.response.tools] == expected
+        assert event.response.tool_choice.model_dump() == sent["tool_choice"]
+    plain = served.http.post("/v1/responses", json={"model": "podium", "input": QUESTION})
+    assert plain.status_code == 200, plain.text
+    body = plain.json()
+    assert (body["tools"], body["tool_choice"], body["parallel_tool_calls"]) == (
+        [], "auto", True)
+
+
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
 def test_a_result_for_a_call_never_made_is_a_400_and_spends_nothing(
         served: Served, path: str) -> None:
@@ -306,3 +334,35 @@ def test_an_agents_sdk_agent_runs_its_two_tools_to_its_final_output(served: Serv
     assert sorted(ran) == [("get_time", "Oslo"), ("get_weather", "Oslo")]
     assert result.final_output == "[pair] tool results: Rain | 08:15"
     assert served.planner.plans >= 1 and [r["model"] for r in served.log()] == ["pair", "pair"]
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_a_pydantic_ai_agent_runs_its_two_tools_to_its_final_output(
+        served: Served, api: str) -> None:
+    pydantic_ai = pytest.importorskip("pydantic_ai")
+    from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    served.planner.ids = [2]
+    ran: list[tuple[str, str]] = []
+
+    def get_weather(city: str) -> str:
+        """The weather in a city now."""
+        ran.append(("get_weather", city))
+        return "Rain"
+
+    def get_time(city: str) -> str:
+        """The local time in a city."""
+        ran.append(("get_time", city))
+        return "08:15"
+
+    client = openai.AsyncOpenAI(base_url=f"{served.base}/v1", api_key=KEY, max_retries=0,
+                                http_client=httpx.AsyncClient(trust_env=False, timeout=30))
+    kind = OpenAIChatModel if api == "chat" else OpenAIResponsesModel
+    model = kind("podium", provider=OpenAIProvider(openai_client=client))
+    agent = pydantic_ai.Agent(model, instructions="Answer with the tools.",
+                              tools=[get_weather, get_time])
+    result = asyncio.run(asyncio.wait_for(agent.run(QUESTION), 60))
+    assert sorted(ran) == [("get_time", "Oslo"), ("get_weather", "Oslo")]
+    assert result.output == "[pair] tool results: Rain | 08:15"
+    assert [r["model"] for r in served.log()] == ["pair", "pair"]

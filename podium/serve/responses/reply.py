@@ -6,7 +6,10 @@ step called tools, a `function_call` item per call (after the message item when 
 wrote text), `usage` as
 `input_tokens` / `output_tokens` / `total_tokens` over every call the run made, the same
 `podium` field as chat completions (`podium.serve.reply.podium_json`), and the request's
-`temperature`, `top_p` and `max_output_tokens` echoed.
+`temperature`, `top_p`, `max_output_tokens`, `tools`, `tool_choice` and `parallel_tool_calls`
+echoed (the tools as function tools, `{"type": "function", "name", "description",
+"parameters", "strict"}`; OpenAI's defaults, `"auto"` and `true`, where the request left a
+field out).
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from podium.llm.tools import ToolCall
+from podium.llm.tools import Named, ToolCall, ToolUse
 from podium.serve.reply import podium_json
 from podium.serve.responses.request import ResponsesRequest
+from podium.serve.tools import responses_tool_use
 
 
 def usage_json(result) -> dict[str, Any]:
@@ -47,6 +51,19 @@ def call_item(call: ToolCall, status: str = "completed") -> dict[str, Any]:
             "name": call.name, "arguments": call.arguments, "status": status}
 
 
+def tools_json(req: ResponsesRequest) -> dict[str, Any]:
+    """The request's `tools`, `tool_choice` and `parallel_tool_calls`, as a response echoes
+    them (the request was checked when it was read)."""
+    declared = req.model_extra or {}
+    use = responses_tool_use(declared) or ToolUse((), declared.get("tool_choice") or "auto")
+    choice = use.choice
+    return {"tools": [{"type": "function", "name": t.name, "description": t.description or None,
+                       "parameters": t.parameters, "strict": t.strict} for t in use.tools],
+            "tool_choice": ({"type": "function", "name": choice.name}
+                            if isinstance(choice, Named) else choice),
+            "parallel_tool_calls": req.parallel_tool_calls is not False}
+
+
 def response_json(rid: str, created: int, model: str, req: ResponsesRequest, *,
                   status: str = "completed", output: list | None = None, result=None,
                   trace_id: str | None = None, error: dict | None = None) -> dict[str, Any]:
@@ -54,8 +71,8 @@ def response_json(rid: str, created: int, model: str, req: ResponsesRequest, *,
         "id": rid, "object": "response", "created_at": created, "status": status,
         "model": model, "output": output or [], "error": error, "incomplete_details": None,
         "instructions": req.instructions, "metadata": req.metadata or {},
-        "max_output_tokens": req.max_output_tokens, "parallel_tool_calls": False,
-        "temperature": req.temperature, "top_p": req.top_p, "tool_choice": "none", "tools": [],
+        "max_output_tokens": req.max_output_tokens, **tools_json(req),
+        "temperature": req.temperature, "top_p": req.top_p,
         "usage": usage_json(result) if result is not None else None,
     }
     if result is not None:
