@@ -25,8 +25,10 @@ once, from the rounds, when the run is over.
 descriptions appended (`podium.conductor.prompt.with_tools`: the Conductor and every worker
 see that task) and runs one round (no recursion). The workflow's last step acts: its worker
 gets the tools, and only a worker whose pool entry says `tools = true` and whose client takes
-tools can act. A plan whose last worker cannot falls back (as `run.fallback` does) to the
-first capable worker answering alone, said in the outcome's notes; a pool (or sub-pool) with
+tools can act. A constrained Conductor's grammar admits only such a worker for the last step
+(`actors`: `podium.conductor.grammar`'s `last_ids`); a plan from an unconstrained one whose
+last worker cannot act falls back (as `run.fallback` does) to the first capable worker
+answering alone, said in the outcome's notes; a pool (or sub-pool) with
 no capable worker is a ConfigError. When the acting step calls tools, the result's
 `tool_calls` are the team's reply and its `acting` state is what `continue_acting` takes, with
 the tool results, to call that worker once more: no Conductor, no other step.
@@ -240,7 +242,9 @@ class Pipeline:
         q = self._question(question, sample_id, workers, budget, on_event, stream_answer,
                            tools=tools if tools is not None and tools.tools else None)
         q.caps.reserve()  # the Conductor's call
-        turn = await self.conductor.write(q.question, sample_id=sample_id, view=q.view)
+        actors = [shown for shown, k in q.view.to_pool if self._can_act(k)] if q.tools else None
+        turn = await self.conductor.write(q.question, sample_id=sample_id, view=q.view,
+                                          actors=actors)
         return await self._rounds(q, turn, [], 0 if q.tools else self.settings.recursion)
 
     async def continue_acting(self, state: ActingState, exchange: Sequence[Message],

@@ -276,3 +276,44 @@ def test_without_tools_nothing_changes(server: ScriptedServer) -> None:
     assert result.answer is not None and result.answer.startswith("[agent]")
     assert result.tool_calls == () and result.acting is None
     assert result.to_json()["tool_calls"] == [] and result.to_json()["acting"] is None
+
+
+def test_a_constrained_conductor_is_held_to_a_capable_last_worker(
+        server: ScriptedServer) -> None:
+    """With tools, the grammar a constrained Conductor is sent admits only a capable worker's
+    shown id for the last step (here a reindexed sub-pool: pool 0 and 2 shown as 0 and 1);
+    without tools it admits any. The scripted Conductor's reply does not parse, so the run
+    falls back to the capable worker."""
+    xgr = pytest.importorskip("xgrammar")
+    p = pool_from_dict({
+        "conductor": {"name": "conductor", "backend": "openai", "model": "conductor",
+                      "base_url": server.base_url, "grammar_style": "llama_cpp",
+                      "backoff_s": 0.01},
+        "workers": [{"name": name, "backend": "openai", "model": name,
+                     "base_url": server.base_url, "backoff_s": 0.01, "tools": tools}
+                    for name, tools in WORKERS],
+        "run": {"cache": False, "subpool_ids": "reindexed", "max_steps": 2}}, "acting.toml")
+
+    def grammar(**kw: Any) -> Any:
+        server.reset()
+        result = run(ask(Pipeline(p), workers=[0, 2], **kw))
+        sent = [r["params"]["grammar"] for r in log(server) if r["model"] == "conductor"]
+        assert len(sent) == 1 and result.rounds[0].conductor.constrained
+        info = xgr.TokenizerInfo([chr(c) for c in range(32, 127)] + ["\n"])
+        return result, xgr.GrammarCompiler(info).compile_grammar(sent[0])
+
+    def accepts(compiled: Any, ids: list[int]) -> bool:
+        matcher = xgr.GrammarMatcher(compiled)
+        subtasks = ", ".join(f'"Step number {k}."' for k in range(len(ids)))
+        access = ", ".join(["[]"] + ['"all"'] * (len(ids) - 1))
+        text = f"Plan.\nmodel_id = {ids}\nsubtasks = [{subtasks}]\naccess_list = [{access}]"
+        return matcher.accept_string(text) and matcher.is_completed()
+
+    result, held = grammar(tools=TOOLS)
+    assert [accepts(held, ids) for ids in ([1], [0, 1], [1, 1], [0], [1, 0])] == [
+        True, True, True, False, False]
+    turn = result.rounds[0].conductor  # the fallback, on the capable worker (pool index 2)
+    assert turn.fallback and turn.workflow is not None
+    assert [s.worker for s in turn.workflow.steps] == [2]
+    _, free = grammar()
+    assert all(accepts(free, ids) for ids in ([1], [0], [1, 0]))

@@ -32,6 +32,11 @@ rule per (steps left, money left), so a two-step plan of dear workers is refused
 dear step is not. When no worker fits even alone, the grammar holds the plan to one step of
 the cheapest worker (the nearest the budget there is; the run says it is over); in a recursion
 round the three empty lists (keep the answer) always remain.
+
+`last_ids` holds the last step's id to those ids (a request with tools: only a worker that
+can act may write the answer, `podium.pipeline`); held to the budget as well, a plan's last
+id is one of them, and the cheapest of them when nothing fits. Ids that include every worker
+id hold nothing, and the grammar is the one without them.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ def workflow_grammar(
     subtasks: Sequence[str] | None = None,
     prices: Mapping[int, float] | None = None,
     budget: float | None = None,
+    last_ids: Sequence[int] | None = None,
 ) -> str:
     if not worker_ids:
         raise ValueError("the grammar needs at least one worker id")
@@ -63,7 +69,8 @@ def workflow_grammar(
         raise ValueError("literal subtasks need a skeleton (the plan they belong to)")
     if max_steps < 1:
         raise ValueError("max_steps must be at least 1")
-    held = _held_ids(worker_ids, max_steps, prices, budget, allow_empty) \
+    last = _last_ids(worker_ids, last_ids)
+    held = _held_ids(worker_ids, max_steps, prices, budget, allow_empty, last) \
         if budget is not None and skeleton is None else None
     steps = range(1, max_steps + 1) if held is None else [n for n in held[0]]
     alternatives = [f"wf{n}" for n in steps]
@@ -84,7 +91,7 @@ def workflow_grammar(
     ]
     head = "" if opened else '"model_id = [" '
     if skeleton is not None:  # one plan: the ids and access values are literals
-        ids, access = _literal_plan(skeleton, worker_ids, max_steps, allow_empty)
+        ids, access = _literal_plan(skeleton, worker_ids, max_steps, allow_empty, last)
         strs = ' ", " '.join(["str"] * len(skeleton[0]) if subtasks is None
                              else _literal_subtasks(subtasks, len(skeleton[0])))
         at = next(i for i, r in enumerate(rules) if r.startswith("workflow ::="))
@@ -93,8 +100,11 @@ def workflow_grammar(
         return "\n".join(rules) + "\n"
     if held is not None:
         rules += held[1]
+    elif last is not None:
+        rules.append("last ::= " + " | ".join(f'"{i}"' for i in last))
     for n in steps:
-        ids = ' ", " '.join(["id"] * n) if held is None else held[0][n]
+        ids = ' ", " '.join(["id"] * (n - 1) + ["last" if last else "id"]) \
+            if held is None else held[0][n]
         strs = ' ", " '.join(["str"] * n)
         first = "acc" if allow_empty else '"[]"'  # in a recursion round step 0 may see it
         accs = ' ", " '.join([first] + ["acc"] * (n - 1))
@@ -115,8 +125,20 @@ def fixed_workflow(skeleton: tuple[Sequence[int], Sequence[str]],
     return f"{', '.join(str(i) for i in ids)}]\nsubtasks = [{subs}]\naccess_list = [{accs}]"
 
 
+def _last_ids(worker_ids: Sequence[int], last_ids: Sequence[int] | None) -> list[int] | None:
+    """The ids the last step is held to (sorted), or None when they hold nothing."""
+    if last_ids is None:
+        return None
+    last = sorted(set(last_ids))
+    if not last or not set(last) <= set(worker_ids):
+        raise ValueError(f"the last step's ids {list(last_ids)} must be some of the worker "
+                         f"ids {sorted(set(worker_ids))}")
+    return None if set(last) == set(worker_ids) else last
+
+
 def _literal_plan(skeleton: tuple[Sequence[int], Sequence[str]], worker_ids: Sequence[int],
-                  max_steps: int, allow_empty: bool) -> tuple[str, str]:
+                  max_steps: int, allow_empty: bool,
+                  last: Sequence[int] | None) -> tuple[str, str]:
     """The id list and access list of a fixed plan, as GBNF string contents."""
     ids, access = list(skeleton[0]), list(skeleton[1])
     if not 1 <= len(ids) <= max_steps or len(access) != len(ids):
@@ -124,6 +146,9 @@ def _literal_plan(skeleton: tuple[Sequence[int], Sequence[str]], worker_ids: Seq
                          f"not {ids} and {access}")
     if not set(ids) <= set(worker_ids):
         raise ValueError(f"skeleton ids {ids} are not all among {sorted(set(worker_ids))}")
+    if last is not None and ids[-1] not in last:
+        raise ValueError(f"the skeleton's last id {ids[-1]} is not among the last step's "
+                         f"ids {list(last)}")
     if any(a not in ("[]", "all") for a in access) or (access[0] == "all" and not allow_empty):
         raise ValueError(f"skeleton access values are [] or 'all' ('all' not at step 0 "
                          f"outside a recursion round), not {access}")
@@ -141,18 +166,21 @@ def _literal_subtasks(subtasks: Sequence[str], steps: int) -> list[str]:
 
 
 def _held_ids(worker_ids: Sequence[int], max_steps: int, prices: Mapping[int, float] | None,
-              budget: float, allow_empty: bool) -> tuple[dict[int, str], list[str]]:
+              budget: float, allow_empty: bool,
+              last: Sequence[int] | None = None) -> tuple[dict[int, str], list[str]]:
     """For each step count some plan within `budget` has, the GBNF of its id lists (a rule
     name), and the rules: `bKnJ` admits K ids, comma-separated, whose prices sum to at most
     the J-th amount of money left. Nothing fits: one step of the cheapest worker, or (a
     recursion round, `allow_empty`) no step count at all, leaving only `keep`
-    (`podium.conductor.budget.plan_fits` is the same rule, for a plan in hand)."""
+    (`podium.conductor.budget.plan_fits` is the same rule, for a plan in hand). With `last`,
+    the last id (`b1`'s) is one of those, and the cheapest worker is the cheapest of them."""
     if prices is None:
         raise ValueError("a budget-held grammar needs the price of each worker id")
     ids = sorted(set(worker_ids))
     missing = [i for i in ids if i not in prices]
     if missing:
         raise ValueError(f"a budget-held grammar needs a price for ids {missing}")
+    ends = ids if last is None else list(last)
     left0 = budget_limit(budget)
     names: dict[tuple[int, float], str | None] = {}
     rules: list[str] = []
@@ -162,7 +190,7 @@ def _held_ids(worker_ids: Sequence[int], max_steps: int, prices: Mapping[int, fl
         if key not in names:
             options = []
             for i in ids:
-                if prices[i] > left:
+                if prices[i] > left or (k == 1 and i not in ends):
                     continue
                 rest = None if k == 1 else rule(k - 1, left - prices[i])
                 if k == 1:
@@ -177,7 +205,7 @@ def _held_ids(worker_ids: Sequence[int], max_steps: int, prices: Mapping[int, fl
 
     counts = {n: r for n in range(1, max_steps + 1) if (r := rule(n, left0)) is not None}
     if not counts and not allow_empty:
-        cheapest = min(prices[i] for i in ids)
-        rules.append("b1n0 ::= " + " | ".join(f'"{i}"' for i in ids if prices[i] == cheapest))
+        cheapest = min(prices[i] for i in ends)
+        rules.append("b1n0 ::= " + " | ".join(f'"{i}"' for i in ends if prices[i] == cheapest))
         counts = {1: "b1n0"}
     return counts, rules

@@ -11,6 +11,7 @@ fall back, score or log them. A turn is built whole when its call is over.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from podium.conductor.budget import plan_price
@@ -34,13 +35,15 @@ def _prefill(messages: list[Message] | None) -> str:
 
 def grammar_for(view: PoolView, settings: RunSettings, revise: bool = False,
                 skeleton: tuple[tuple[int, ...], tuple[str, ...]] | None = None,
-                subtasks: tuple[str, ...] | None = None) -> str:
+                subtasks: tuple[str, ...] | None = None, *,
+                actors: Sequence[int] | None = None) -> str:
     """The grammar a constrained Conductor writes under: the ids of `view`, the step limit,
     three empty lists allowed in a recursion round (`revise`), and no reasoning when the
     prompt's prefill already opened the lists (the compact prompt); a `skeleton` (ids and
     access values) holds it to that one plan (training's exploration rollouts), and
     `subtasks` also to those instructions. With `settings.hold_budget` and a view that has a
-    budget, the ids are held to plans whose list price fits it."""
+    budget, the ids are held to plans whose list price fits it. `actors` (shown ids) hold the
+    last step to those workers: with a request's tools, the ones that may act."""
     opened = not revise and _opens_lists(settings)
     held = view.held_prices if settings.hold_budget else None
     return workflow_grammar(view.shown_ids, settings.max_steps, allow_empty=revise,
@@ -48,7 +51,8 @@ def grammar_for(view: PoolView, settings: RunSettings, revise: bool = False,
                             max_reason_chars=settings.max_reason_chars,
                             max_reason_lines=settings.max_reason_lines, skeleton=skeleton,
                             subtasks=subtasks, prices=held,
-                            budget=view.budget if held is not None else None)
+                            budget=view.budget if held is not None else None,
+                            last_ids=actors)
 
 
 def fixed_completion(settings: RunSettings, skeleton: tuple[tuple[int, ...], tuple[str, ...]],
@@ -157,17 +161,20 @@ class Conductor:
         self.constrained = constrained
         self.price = price
 
-    def _grammar(self, view: PoolView, allow_empty: bool) -> str | None:
-        return grammar_for(view, self.settings, allow_empty) if self.constrained else None
+    def _grammar(self, view: PoolView, allow_empty: bool,
+                 actors: Sequence[int] | None) -> str | None:
+        return grammar_for(view, self.settings, allow_empty, actors=actors) \
+            if self.constrained else None
 
     async def _generate(self, index: int, messages: list[Message], view: PoolView,
-                        allow_empty: bool, sample_id: int | str) -> ConductorTurn:
+                        allow_empty: bool, sample_id: int | str,
+                        actors: Sequence[int] | None = None) -> ConductorTurn:
         failed = ConductorTurn(round=index, messages=messages, constrained=self.constrained,
                                view=view, cost=self._cost(0, 0))
         start = time.perf_counter()
         try:
-            resp = await self.client.chat(messages, grammar=self._grammar(view, allow_empty),
-                                          sample_id=sample_id)
+            resp = await self.client.chat(
+                messages, grammar=self._grammar(view, allow_empty, actors), sample_id=sample_id)
         except WorkerError as exc:
             return replace(failed, error=str(exc), error_kind=exc.kind, retries=list(exc.retries),
                            latency_s=time.perf_counter() - start)
@@ -211,12 +218,15 @@ class Conductor:
         return {"workflow": view.to_pool_workflow(shown)}
 
     async def write(self, question: str, *, sample_id: int | str = 0,
-                    view: PoolView | None = None) -> ConductorTurn:
+                    view: PoolView | None = None,
+                    actors: Sequence[int] | None = None) -> ConductorTurn:
         """Round 0: the workflow the Conductor writes for `question`, shown the workers of
-        `view` (the whole pool by default)."""
+        `view` (the whole pool by default); constrained, with its last step on one of
+        `actors` (shown ids) when given."""
         view = view or self.view
         messages = workflow_messages(question, view, self.settings)
-        return await self._generate(0, messages, view, allow_empty=False, sample_id=sample_id)
+        return await self._generate(0, messages, view, allow_empty=False, sample_id=sample_id,
+                                    actors=actors)
 
     async def revise(self, previous: ConductorTurn, answer: str, *,
                      sample_id: int | str = 0) -> ConductorTurn:

@@ -149,3 +149,75 @@ def test_the_question_as_a_subtask_fits_the_grammar():
     free = workflow_grammar([0], 1, max_subtask_chars=24, opened=True)
     for text in texts:  # every one also reads as a subtask the policy could have written
         assert accepts(free, f'0]\nsubtasks = ["{text}"]\naccess_list = [[]]'), text
+
+
+def _plan(ids: list[int]) -> str:
+    """A workflow's text after ``model_id = [``: one subtask per id, later steps see all."""
+    subtasks = ", ".join(f'"Step number {k}."' for k in range(len(ids)))
+    access = ", ".join(["[]"] + ['"all"'] * (len(ids) - 1))
+    return f"{', '.join(map(str, ids))}]\nsubtasks = [{subtasks}]\naccess_list = [{access}]"
+
+
+@pytest.mark.parametrize("access_mode", ["binary", "indices"])
+@pytest.mark.parametrize("opened", [False, True])
+def test_last_ids_hold_the_last_step_to_workers_that_can_act(access_mode, opened):
+    """A request with tools where only workers 1 and 3 can act: at every step count the last
+    id is one of them, earlier steps any worker; what it admits reads back with that last
+    worker."""
+    max_steps = 3
+    grammar = workflow_grammar([0, 1, 2, 3], max_steps, opened=opened, last_ids=[3, 1])
+    head = "" if opened else " plan it\nmodel_id = ["
+    for n in range(1, max_steps + 1):
+        for last in range(4):
+            ids = [0, 3, 2][:n - 1] + [last]
+            admitted = accepts(grammar, head + _plan(ids))
+            assert admitted == (last in (1, 3)), ids
+            if admitted:
+                wf = parse_workflow("model_id = [" + _plan(ids), num_workers=4,
+                                    max_steps=max_steps, access_mode=access_mode)
+                assert [s.worker for s in wf.steps] == ids
+    assert not accepts(grammar, head + _plan([1, 3, 0, 1]))  # still at most max_steps
+
+
+def test_last_ids_of_every_worker_or_none_leave_the_grammar_as_it_was():
+    for kw in ({}, {"opened": True}, {"allow_empty": True},
+               {"prices": {0: 0.001, 1: 0.002}, "budget": 0.003}):
+        plain = workflow_grammar([0, 1], 3, **kw)
+        assert workflow_grammar([0, 1], 3, last_ids=None, **kw) == plain
+        assert workflow_grammar([0, 1], 3, last_ids=[1, 0, 1], **kw) == plain
+    for bad in ([], [2], [0, 2]):
+        with pytest.raises(ValueError, match="last step's ids"):
+            workflow_grammar([0, 1], 3, last_ids=bad)
+
+
+def test_last_ids_with_a_budget_and_a_skeleton():
+    """Held to a budget as well: the plan fits it and ends on a worker that can act; when no
+    such worker fits, the cheapest of them alone. A skeleton must end on one of them."""
+    prices = {0: 0.001, 1: 0.004, 2: 0.002}
+    held = workflow_grammar([0, 1, 2], 3, opened=True, prices=prices, budget=0.005,
+                            last_ids=[1, 2])
+    for ids, fits in (([0, 1], True), ([1], True), ([0, 0, 2], True), ([2, 1], False),
+                      ([1, 0], False), ([0], False), ([0, 0, 1], False)):
+        assert accepts(held, _plan(ids)) == fits, ids
+    broke = workflow_grammar([0, 1, 2], 3, opened=True, prices=prices, budget=0.0015,
+                             last_ids=[1, 2])
+    assert accepts(broke, _plan([2])) and not accepts(broke, _plan([0]))
+    assert not accepts(broke, _plan([1]))
+    skeleton = ((0, 2), ("[]", "all"))
+    assert accepts(workflow_grammar([0, 1, 2], 2, opened=True, skeleton=skeleton,
+                                    last_ids=[2]), _plan([0, 2]))
+    with pytest.raises(ValueError, match="skeleton's last id"):
+        workflow_grammar([0, 1, 2], 2, skeleton=skeleton, last_ids=[1])
+
+
+@pytest.mark.parametrize("opened", [False, True])
+def test_a_grammar_with_last_ids_compiles_for_llama_cpp_and_llguidance(opened):
+    from llama_cpp import LlamaGrammar
+
+    from podium.llm import grammar_mask
+
+    llguidance = pytest.importorskip("llguidance")
+    for kw in ({}, {"prices": {0: 0.001, 1: 0.004, 2: 0.002}, "budget": 0.005}):
+        text = workflow_grammar([0, 1, 2], 3, opened=opened, last_ids=[2], **kw)
+        LlamaGrammar.from_string(text, verbose=False)
+        assert llguidance.LLMatcher.validate_grammar(grammar_mask.lark_of(text)) == ""
