@@ -56,6 +56,7 @@ from podium.llm.tools import ToolCall, ToolUse
 from podium.outcome import Outcome, Round, build_outcome
 from podium.workflow.execute import (
     Caps,
+    Conversation,
     ExecOptions,
     Execution,
     StepRecord,
@@ -135,9 +136,11 @@ class RunResult:
 
 
 def exec_options(settings: RunSettings, answer_sampling: Sampling | None = None,
-                 tools: ToolUse | None = None) -> ExecOptions:
+                 tools: ToolUse | None = None,
+                 conversation: Conversation | None = None) -> ExecOptions:
     options = ExecOptions(
         answer_sampling=answer_sampling,
+        conversation=conversation,
         final_answer=settings.final_answer,
         on_error=settings.on_step_error,
         messages=MessageOptions(
@@ -227,7 +230,8 @@ class Pipeline:
                   workers: Sequence[int] | None = None,
                   on_event: Event | None = None, stream_answer: bool = False,
                   budget: float | RequestBudget | None = None,
-                  tools: ToolUse | None = None) -> RunResult:
+                  tools: ToolUse | None = None,
+                  conversation: Conversation | None = None) -> RunResult:
         """Answer one question. `sample_id` tells repeated samples of it apart (the response
         cache keys on it), e.g. the G rollouts of one training question. `workers` restricts
         the Conductor to those pool indices (a sub-pool; ids shown as `run.subpool_ids`).
@@ -238,9 +242,13 @@ class Pipeline:
         cost: the Conductor is shown it with `run.show_budget`, and the outcome says whether
         the plan kept to it (`podium.conductor.budget`). `tools` (e.g. a
         `podium.serve.tools.ToolUse`) are what the answer step may call: see the module
-        docstring; the result's `tool_calls` and `acting` say what it called."""
+        docstring; the result's `tool_calls` and `acting` say what it called. `conversation`
+        (a served conversation's earlier turns and last question; `question` is then the
+        conversation flattened) goes to each workflow's answer step only: it gets the turns as
+        chat turns and the last question as its task."""
         q = self._question(question, sample_id, workers, budget, on_event, stream_answer,
-                           tools=tools if tools is not None and tools.tools else None)
+                           tools=tools if tools is not None and tools.tools else None,
+                           conversation=conversation)
         q.caps.reserve()  # the Conductor's call
         actors = [shown for shown, k in q.view.to_pool if self._can_act(k)] if q.tools else None
         turn = await self.conductor.write(q.question, sample_id=sample_id, view=q.view,
@@ -339,13 +347,17 @@ class Pipeline:
                   budget: float | RequestBudget | None, on_event: Event | None,
                   stream: bool = False, answer: AnswerRule | None = None,
                   view: PoolView | None = None, used: RunResult | None = None,
-                  tools: ToolUse | None = None) -> _Question:
+                  tools: ToolUse | None = None,
+                  conversation: Conversation | None = None) -> _Question:
         _check_question(question)
         request = _request_budget(budget)
         view = view or self._view(workers, request)
         if tools is not None:
             self._capable(view)
             question = with_tools(question, tools.tools)
+            if conversation is not None:
+                conversation = replace(conversation, last_question=with_tools(
+                    conversation.last_question, tools.tools))
         s = self.settings
         caps = Caps(s.max_calls, s.max_tokens, s.max_cost)
         t0 = time.perf_counter()
@@ -355,7 +367,7 @@ class Pipeline:
                         u.cost or 0.0)
             t0 -= used.wall_s
         return _Question(question, sample_id, view, caps, request, on_event, stream, answer,
-                         t0, tools)
+                         t0, tools, conversation)
 
     async def _rounds(self, q: _Question, turn: ConductorTurn, rounds: list[Round],
                       revisions: int, stopped: str | None = None) -> RunResult:
@@ -401,7 +413,7 @@ class Pipeline:
         previous = last.execution if last else None
         execution = await execute_workflow(
             turn.workflow, q.question, self.team,
-            options=exec_options(s, self.answer_sampling, q.tools),
+            options=exec_options(s, self.answer_sampling, q.tools, q.conversation),
             previous_round=previous.prior_steps() if previous else (),
             round_index=turn.round, sample_id=q.sample_id, caps=q.caps, on_event=q.on_event,
             stream_answer=q.stream and final,
@@ -479,6 +491,7 @@ class _Question:
     answer: AnswerRule | None
     t0: float
     tools: ToolUse | None = None  # what the answer step may call
+    conversation: Conversation | None = None  # the earlier turns the answer step sees
 
 
 def _acting(q: _Question, rnd: Round) -> ActingState | None:

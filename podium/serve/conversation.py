@@ -17,6 +17,11 @@ assistant turns), they are put before it as context, in one clearly delimited bl
     Now answer this:
     And times 3?
 
+That block is what the Conductor and every step but the last see. The step that writes the
+answer gets the earlier turns as chat turns instead (`conversation_of`: system and developer
+messages as `system`, user and assistant text turns, in order), then its own message, whose
+task is the last question alone.
+
 A one-message conversation is sent as it is, so a question asked through the server and with
 `podium ask` is the same question (and hits the same response cache entries).
 
@@ -38,6 +43,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from podium.serve.errors import bad_request
+from podium.workflow.execute import Conversation
 
 
 class TextPart(BaseModel):
@@ -110,3 +116,17 @@ def question_of(messages: list[Message]) -> str:
     context = "\n".join(turns)
     return (f"The conversation so far, for context:\n<conversation>\n{context}\n"
             f"</conversation>\n\nNow answer this:\n{text}")
+
+
+def conversation_of(messages: list[Message]) -> Conversation | None:
+    """The earlier turns, as the answer step sees them, and the last question; None when
+    there are none (the question is then asked as it is). Call it after `question_of`."""
+    turns = []
+    for i, msg in enumerate(messages[:-1]):
+        body = msg.text(f"messages.{i}").strip()
+        if body and msg.role in ("system", "developer", "user", "assistant"):
+            role = "system" if msg.role == "developer" else msg.role
+            turns.append({"role": role, "content": body})
+    if not turns:
+        return None
+    return Conversation(tuple(turns), messages[-1].text(f"messages.{len(messages) - 1}"))

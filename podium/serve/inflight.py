@@ -34,6 +34,7 @@ from podium.serve.metrics import USAGE
 from podium.serve.options import Options
 from podium.serve.shutdown import SHUT_DOWN, Drain
 from podium.serve.traces.store import TraceStore
+from podium.workflow.execute import Conversation
 
 log = logging.getLogger("podium.serve")
 
@@ -60,6 +61,7 @@ class ServedRequest:
     traced: dict = field(default_factory=dict)  # its sampling fields and `user`, for the trace
     tools: ToolUse | None = None  # what the answer step may call (`podium.serve.tools`)
     continuing: Continuation | None = None  # tool results the acting step goes on with
+    conversation: Conversation | None = None  # earlier turns, for the answer step
 
 
 class Slots:

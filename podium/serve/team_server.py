@@ -114,7 +114,8 @@ class TeamServer:
                                                              tools, on_event=on_event)
             return lambda on_event: pipe.ask(question, workers=workers, on_event=on_event,
                                              stream_answer=on_event is not None,
-                                             budget=opts.budget, tools=tools)
+                                             budget=opts.budget, tools=tools,
+                                             conversation=request.conversation)
         if request.model not in self.served:
             raise no_model(request.model, self.served)
         if tools is not None or going is not None:

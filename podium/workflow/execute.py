@@ -28,6 +28,10 @@ under `tool_choice` "required") is asked again once; a second such reply fails t
 steps never get the tools. `call_step` makes one step's call: `execute_workflow` uses it for
 every step, and `podium.pipeline` for an acting step continued with its tool results.
 
+With a `Conversation` (`ExecOptions.conversation`: a served conversation's earlier turns), the
+last step gets those turns as chat turns before its own message, whose task is the last
+question alone; every other step gets the question as given (the conversation flattened).
+
 `Caps` hold one question's calls, tokens and cost across the Conductor and every round:
 a step that would go past a cap is not called; it and the steps after it are `skipped` with the
 cap as the recorded reason. Calls are reserved before they start, so parallel steps never
@@ -114,6 +118,15 @@ class Execution:
 
 
 @dataclass(frozen=True)
+class Conversation:
+    """A conversation's earlier turns (`system`, `user` and `assistant` text messages, in
+    order) and its last question, the task the answer step's own message holds."""
+
+    turns: tuple[Message, ...]
+    last_question: str
+
+
+@dataclass(frozen=True)
 class ExecOptions:
     final_answer: Literal["last", "last_nonempty"] = "last"
     on_error: Literal["continue", "stop"] = "continue"
@@ -125,6 +138,8 @@ class ExecOptions:
     tools: tuple[Tool, ...] = ()
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    # the earlier turns the last step sees as chat turns; None: it sees the question only
+    conversation: Conversation | None = None
 
 
 @dataclass
@@ -251,9 +266,10 @@ async def execute_workflow(
             if stop:
                 return skip(rec)
             responses = [r.response if r.status == "ok" else None for r in records]
-            rec.messages = worker_messages(question, workflow, i, responses,
-                                           previous_round=previous_round,
-                                           options=options.messages)
+            talk = options.conversation if i == len(records) - 1 else None
+            rec.messages = [*(dict(m) for m in (talk.turns if talk else ())), *worker_messages(
+                talk.last_question if talk else question, workflow, i, responses,
+                previous_round=previous_round, options=options.messages)]
             async with team.semaphores[rec.worker]:
                 if not stop and caps is not None and (why := caps.reserve()):
                     stop.append(why)

@@ -20,7 +20,7 @@ from podium.serve.acting import read_turn, sealed_calls
 from podium.serve.chat.reply import completion_json
 from podium.serve.chat.request import parse_body
 from podium.serve.chat.stream import stream
-from podium.serve.conversation import question_of
+from podium.serve.conversation import conversation_of, question_of
 from podium.serve.inflight import ServedRequest, answered
 from podium.serve.reply import event_stream
 from podium.serve.team_server import TeamServer
@@ -37,7 +37,8 @@ async def chat_completions(server: TeamServer, request: Request) -> Response:
                                 question_of)
     served = ServedRequest(tid, req.model, question, opts, sampling=req.sampling(),
                            stream=req.stream, owner=owner, traced=req.traced(), tools=tools,
-                           continuing=going)
+                           continuing=going,
+                           conversation=None if going else conversation_of(req.messages))
     flight, headers, shown_tid = server.begin(served, request.scope)
 
     def seal(result) -> list[ToolCall]:

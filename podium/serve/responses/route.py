@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 
 from podium.llm.tools import ToolCall
 from podium.serve.acting import read_turn, sealed_calls
+from podium.serve.conversation import conversation_of
 from podium.serve.inflight import ServedRequest, answered
 from podium.serve.reply import event_stream
 from podium.serve.responses.reply import call_item, message_item, new_ids, response_json
@@ -34,7 +35,8 @@ async def responses(server: TeamServer, request: Request) -> Response:
                              question)
     served = ServedRequest(tid, req.model, asked, got.options, sampling=req.sampling(),
                            stream=req.stream, owner=owner, traced=req.traced(),
-                           tools=got.tools, continuing=going)
+                           tools=got.tools, continuing=going,
+                           conversation=None if going else conversation_of(got.messages))
     flight, headers, shown_tid = server.begin(served, request.scope)
 
     def seal(result) -> list[ToolCall]:
