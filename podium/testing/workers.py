@@ -17,7 +17,9 @@ _SUM = re.compile(r"What is (-?\d+) \+ (-?\d+)\?")
 
 
 def _task(messages: list[dict]) -> str:
-    text = messages[0]["content"]
+    """The step's own task: its last user message (earlier turns of a conversation come
+    before it)."""
+    text = next(m["content"] for m in reversed(messages) if m["role"] == "user")
     start = text.find("<overall_task>")
     return text[start:] if start >= 0 else text
 
