@@ -44,7 +44,7 @@ from podium.llm.base import (
     sampling_kw,
     stream_kw,
 )
-from podium.llm.tools import Tool, ToolCall, ToolChoice, tool_choice_openai, tools_kw
+from podium.llm.tools import Tool, ToolCall, ToolChoice, tools_kw, tools_openai
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +65,7 @@ def cache_key(spec: ModelSpec, messages: list[Message] | list[dict], *, grammar:
     material: dict[str, Any] = {"v": FORMAT_VERSION, "backend": spec.backend, "model": spec.model,
                                 "messages": messages, "grammar": grammar, "sample_id": sample_id}
     # keyed only when given, so that the keys of calls without tools stay as they were
-    if tools is not None:
-        material["tools"] = [tool.openai() for tool in tools]
-    if tool_choice is not None:
-        material["tool_choice"] = tool_choice_openai(tool_choice)
-    if parallel_tool_calls is not None:
-        material["parallel_tool_calls"] = parallel_tool_calls
+    material.update(tools_openai(tools, tool_choice, parallel_tool_calls))
     material.update({k: getattr(spec, k) for k in _SAMPLING})
     if spec.prefill != "message":  # keyed only when set, so that earlier keys stay valid
         material.update(prefill=spec.prefill, chat_template=spec.chat_template)

@@ -77,7 +77,7 @@ from podium.llm.base import (
 )
 from podium.llm.chat_template import load_chat_template
 from podium.llm.errors import deadline_error, provider_error, sdk_error_kind, status_kind
-from podium.llm.tools import Tool, ToolCall, ToolChoice, tool_choice_openai
+from podium.llm.tools import Tool, ToolCall, ToolChoice, tools_openai
 from podium.redact import clip, safe_url, url_credentials
 
 # headers the openai SDK adds from the environment, sent the same way here
@@ -413,13 +413,7 @@ class OpenAICompatClient:
                    on_text: TextSink | None = None, tools: Sequence[Tool] | None = None,
                    tool_choice: ToolChoice | None = None,
                    parallel_tool_calls: bool | None = None) -> ChatResponse:
-        wire: dict[str, Any] = {}
-        if tools is not None:
-            wire["tools"] = [tool.openai() for tool in tools]
-        if tool_choice is not None:
-            wire["tool_choice"] = tool_choice_openai(tool_choice)
-        if parallel_tool_calls is not None:
-            wire["parallel_tool_calls"] = parallel_tool_calls
+        wire = tools_openai(tools, tool_choice, parallel_tool_calls)
         body = self._request(messages, grammar, sampling, wire)
         # a `prompt` body is a prefill to continue on /completions (`prefill = "completions"`)
         path = "/completions" if "prompt" in body else "/chat/completions"

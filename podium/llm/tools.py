@@ -107,6 +107,20 @@ def tool_choice_openai(choice: ToolChoice) -> str | dict[str, Any]:
     return choice
 
 
+def tools_openai(tools: Sequence[Tool] | None, tool_choice: ToolChoice | None,
+                 parallel_tool_calls: bool | None) -> dict[str, Any]:
+    """The Chat Completions request fields for tools, each only when set (what an
+    OpenAI-compatible body carries, and what the response cache keys on)."""
+    fields: dict[str, Any] = {}
+    if tools is not None:
+        fields["tools"] = [tool.openai() for tool in tools]
+    if tool_choice is not None:
+        fields["tool_choice"] = tool_choice_openai(tool_choice)
+    if parallel_tool_calls is not None:
+        fields["parallel_tool_calls"] = parallel_tool_calls
+    return fields
+
+
 def tools_kw(tools: Sequence[Tool] | None, tool_choice: ToolChoice | None,
              parallel_tool_calls: bool | None) -> dict[str, Any]:
     """`chat`'s keywords for tools: each given only when set, so that a ChatClient written
