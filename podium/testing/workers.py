@@ -2,8 +2,9 @@
 
 `adder` solves "What is A + B?" (the overall task's first such question) and answers in
 `<answer>` tags; `zero` always answers 0, in the same shape; `down` fails like an unreachable
-endpoint; `slow` is `adder` one second late; `one_step` is a Conductor that sends every
-question to worker 0 alone, `one_step_async` the same as a coroutine (a sync function
+endpoint; `slow` is `adder` one second late, `late` is `adder` `PODIUM_TEST_LATE_S` seconds
+late (default 3: a workflow still in flight after a short training step); `one_step` is a
+Conductor that sends every question to worker 0 alone, `one_step_async` the same as a coroutine (a sync function
 runs in a thread for each call, a coroutine on the event loop: benchmarks/serve.py), and
 `one_step_counted` the same reporting token usage as a model does.
 Together they make a pool in which the worker choice decides the reward.
@@ -68,4 +69,13 @@ async def slow(messages: list[dict]) -> str:
     import asyncio
 
     await asyncio.sleep(1.0)
+    return adder(messages)
+
+
+async def late(messages: list[dict]) -> str:
+    """`adder`, `PODIUM_TEST_LATE_S` seconds late (default 3)."""
+    import asyncio
+    import os
+
+    await asyncio.sleep(float(os.environ.get("PODIUM_TEST_LATE_S", "3")))
     return adder(messages)

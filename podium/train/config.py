@@ -54,6 +54,7 @@ MAX_COMPLETIONS = 65_536  # rollouts a step (questions_per_step x generations)
 MAX_COMPLETION_TOKENS = 131_072
 MAX_SEED = 2**32 - 1  # numpy's, which the trainer seeds
 MAX_COLLECTIVE_TIMEOUT_S = 7 * 24 * 3600
+MAX_STALENESS = 8  # steps generated ahead of the one training (each holds a batch in memory)
 
 
 class _Section(BaseModel):
@@ -242,6 +243,14 @@ class GRPOSection(_Section):
         ("tensorboard",), description="Where metrics go besides metrics.jsonl: 'tensorboard' "
         "(logs in OUTPUT/runs: tensorboard --logdir OUTPUT), 'wandb', 'trackio', ...; [] "
         "for none.")
+    overlap: bool = Field(False, description="Run the workflows of the next step's rollouts "
+                          "while this step trains (podium.train.overlap): the policy trains on "
+                          "rollouts generated max_staleness updates earlier, its importance "
+                          "ratio taken against the generating policy. Off: each step waits "
+                          "for its own workflows (the paper).")
+    max_staleness: int = Field(1, ge=1, le=MAX_STALENESS, description="With overlap, how many "
+                               "updates old a trained rollout may be: the steps generated "
+                               "ahead of the one training.")
 
 
 class RolloutSection(_Section):
@@ -405,6 +414,11 @@ class TrainConfig(_Section):
         if r.explore and self.recursion.fraction:
             raise ValueError("rollout.explore is for single-round training: set "
                              "recursion.fraction = 0 or rollout.explore = 0")
+        if self.grpo.overlap and self.recursion.fraction:
+            raise ValueError("grpo.overlap runs a step's workflows while the step before "
+                             "trains, and the recursion fine-tune cannot start round 1 until "
+                             "round 0's workflows have answered (its generation waits for the "
+                             "workers): set grpo.overlap = false or recursion.fraction = 0")
         blocker = file_in_the_way(self.output.dir)
         if blocker is not None:
             raise ValueError(f"output.dir {self.output.dir!r}: {blocker} is a file, not a "

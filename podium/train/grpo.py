@@ -15,6 +15,19 @@ A TRL upgrade must check each of these against the new `trl/trainer/grpo_trainer
 * `_load_optimizer_and_scheduler(checkpoint)`: `--resume` of a multi-process CPU job, where
   transformers 5.10 maps the optimizer state to `args.device`, `cpu:0`, which `torch.load`
   cannot restore ("don't know how to restore data location ... cpu:0"): mapped to `cpu`.
+* `_generate(prompts)`, `_calculate_rewards(...)` and `training_step(...)` are timed: the step
+  logs where its time went (`podium.train.overlap.StepTimes`).
+* With `[grpo] overlap` (`podium.train.overlap` has the schedule):
+  `get_batch_samples(epoch_iterator, num_batches, device)` (transformers') reads the data
+  loader `max_staleness` updates ahead; `_generate_and_score_completions(inputs)` generates
+  and starts the batches ahead (TRL's `_generate`, then the reward function called as
+  `_calculate_rewards` calls it, on `async_loop`, as a future) and runs TRL's own scoring
+  for the step's batch with `_generate` answering the stored generation (and its logged
+  `_metrics` entries), `_calculate_rewards` the stored future, and the first
+  `_get_per_token_logps_and_entropies` call (TRL's "old" log-probabilities) the generating
+  policy's; the output's `old_per_token_logps` are those. TRL's `pad`,
+  `trl.models.utils.disable_gradient_checkpointing`, `pad_to_multiple_of`, `_step`,
+  `reward_funcs` and `state.max_steps` are read for it.
 * `create_model_card(...)`: TRL writes its card (README.md) into the run folder at every
   checkpoint, naming no base model for a local directory; podium writes one card of its own
   into each checkpoint, final/ and best/ (`podium.checkpoint.write_card`), so TRL's is not
@@ -33,10 +46,22 @@ vLLM, `vllm_generation` (its `llm`, `vllm_client`, `mode`, sampling fields and s
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from podium.train.metrics import StepRecorder
+from podium.train.overlap import (
+    Batch,
+    InFlight,
+    Lookahead,
+    Started,
+    StepTimes,
+    new_entries,
+    rows_of,
+)
+from podium.train.rollout.row import LOGPROBS
 from podium.train.zero_advantage import active_rows, cuttable, take_rows
 
 T = TypeVar("T")
@@ -45,15 +70,142 @@ T = TypeVar("T")
 def grpo_trainer_class() -> type:
     """TRL's GRPOTrainer with podium's overrides (see the module); TRL is imported here, so
     that importing podium.train needs no torch. The trainer takes one more argument,
-    `step_log`: the job's `StepRecorder`."""
+    `step_log`: the job's `StepRecorder`, and one optional, `overlap`: the steps generated
+    ahead of the one training (`[grpo] max_staleness` with `overlap`; 0: synchronous)."""
     import torch
-    from accelerate.utils import gather_object
+    from accelerate.utils import gather, gather_object
     from trl import GRPOTrainer
+    from trl.models.utils import disable_gradient_checkpointing
+    from trl.trainer.utils import pad
 
     class PodiumGRPOTrainer(GRPOTrainer):
-        def __init__(self, *args: Any, step_log: StepRecorder, **kwargs: Any) -> None:
+        def __init__(self, *args: Any, step_log: StepRecorder, overlap: int = 0,
+                     **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.step_log = step_log
+            self.lookahead = Lookahead(overlap) if overlap else None
+            self.in_flight = InFlight()
+            self.times = StepTimes()
+            self._replaying: Started | None = None  # the started batch being scored
+            self._old_once: Any = None  # what TRL's next old-log-probability forward gives
+            self._step_began: float | None = None  # when the step being taken began
+
+        def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
+            begin = time.perf_counter()
+            if self._step_began is None:
+                self._step_began = begin
+            out = super().training_step(model, inputs, num_items_in_batch)
+            end = time.perf_counter()
+            self.times.total += end - begin
+            if self._step % self.current_gradient_accumulation_steps == 0:  # the update's last
+                self.times.wall = end - self._step_began  # since the step before's last pass
+                for name, value in self.times.metrics().items():
+                    self._metrics["train"][name].append(value)
+                self.times, self._step_began = StepTimes(), end
+            return out
+
+        def get_batch_samples(self, epoch_iterator: Any, num_batches: int,
+                              device: Any) -> tuple[list, Any]:
+            if self.lookahead is None:
+                return super().get_batch_samples(epoch_iterator, num_batches, device)
+            return self.lookahead.next(epoch_iterator, lambda: GRPOTrainer.get_batch_samples(
+                self, epoch_iterator, num_batches, device))
+
+        def _generate(self, prompts: list) -> Any:
+            started = self._replaying
+            if started is not None:  # generated when it was started: log what it logged then
+                for name, values in started.logged.items():
+                    self._metrics["train"][name].extend(values)
+                return started.generated
+            begin = time.perf_counter()
+            out = super()._generate(prompts)
+            self.times.generation += time.perf_counter() - begin
+            return out
+
+        def _generate_and_score_completions(self, inputs: Batch) -> dict[str, Any]:
+            assert self.model is not None
+            if self.lookahead is None or not self.model.training:
+                return super()._generate_and_score_completions(inputs)
+            step = self.state.global_step + 1
+            started = self.in_flight.take(inputs, step) or self._start(inputs, step)
+            for ahead, batch in enumerate(self.lookahead.upcoming(), start=1):
+                if ahead <= len(self.in_flight):
+                    continue  # started by an earlier step
+                if step + ahead > self.state.max_steps:
+                    break  # never a batch no step trains
+                self.in_flight.add(self._start(batch, step + ahead))
+            self.times.staleness = self.state.global_step - started.generated_at
+            t: Any = self  # (TRL's attributes, loosely typed upstream)
+            old = pad([torch.tensor(x, dtype=torch.float32) for x in started.old_logps],
+                      padding_value=0, padding_side="right",
+                      pad_to_multiple_of=t.pad_to_multiple_of).to(self.accelerator.device)
+            every = t.args.steps_per_generation * self.num_iterations
+            if self.args.gradient_accumulation_steps % every != 0 or (
+                    self.use_vllm and self.vllm_importance_sampling_correction):
+                self._old_once = old  # TRL takes its old log-probabilities from a forward
+            self._replaying = started
+            try:
+                output = super()._generate_and_score_completions(inputs)
+            finally:
+                self._replaying, self._old_once = None, None
+            output["old_per_token_logps"] = old
+            return output
+
+        def _start(self, batch: Batch, step: int) -> Started:
+            """Generate `batch` now, keep the generating policy's log-probabilities, and start
+            its workflows on the reward's loop, to train update `step`."""
+            begin = time.perf_counter()
+            prompts = [x["prompt"] for x in batch]
+            before = {name: len(v) for name, v in self._metrics["train"].items()}
+            generated = GRPOTrainer._generate(self, prompts)
+            logged = new_entries(self._metrics["train"], before)
+            prompt_ids, completion_ids, _, completions, _, extra, _, _ = generated
+            recorded = extra.pop(LOGPROBS, None)
+            old = recorded if recorded is not None else self._logps_now(prompt_ids,
+                                                                          completion_ids)
+            self.times.generation += time.perf_counter() - begin
+            rows = [dict(x) for x in batch]  # the reward's columns, as _calculate_rewards makes
+            for key, values in extra.items():
+                for i, row in enumerate(rows):
+                    row[key] = values[i] if isinstance(values, list) else values
+            columns = {k: [row[k] for row in rows] for k in rows[0]
+                       if k not in ("prompt", "completion", "completion_ids")}
+            reward: Any = self.reward_funcs[0]  # podium's ConductorReward, async
+            future = asyncio.run_coroutine_threadsafe(
+                reward(prompts=prompts, completions=completions, completion_ids=completion_ids,
+                       trainer_state=self.state, step=step, **columns), self.async_loop)
+            return Started(rows_of(batch), step, self.state.global_step, generated, logged,
+                           old, future)
+
+        def _logps_now(self, prompt_ids: list[list[int]],
+                       completion_ids: list[list[int]]) -> list[list[float]]:
+            """The policy's log-probability of each completion token, by one forward pass
+            (TRL's), as TRL's loss computes them."""
+            t: Any = self  # (TRL's attributes, loosely typed upstream)
+            device, multiple = self.accelerator.device, t.pad_to_multiple_of
+            pad_id = t._tokenizer.pad_token_id
+
+            def padded(rows: list[list[int]], value: int, side: str) -> Any:
+                return pad([torch.tensor(r, dtype=torch.long) for r in rows], padding_value=value,
+                           padding_side=side, pad_to_multiple_of=multiple).to(device)
+
+            prompts = padded(prompt_ids, pad_id, "left")
+            completions = padded(completion_ids, pad_id, "right")
+            mask = torch.cat([padded([[1] * len(r) for r in prompt_ids], 0, "left"),
+                              padded([[1] * len(r) for r in completion_ids], 0, "right")], 1)
+            with torch.no_grad(), disable_gradient_checkpointing(
+                    t.model, t.args.gradient_checkpointing_kwargs):
+                logps, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model, torch.cat([prompts, completions], 1), mask,
+                    completions.size(1), batch_size=self.args.per_device_train_batch_size)
+            return [row[:len(ids)].tolist() for row, ids in zip(logps, completion_ids,
+                                                                 strict=True)]
+
+        def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+            if self._old_once is not None:  # TRL's old log-probabilities: the generating policy's
+                old, self._old_once = self._old_once, None
+                return old, None, None
+            return super()._get_per_token_logps_and_entropies(*args, **kwargs)
 
         def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
             exact = (self.beta == 0.0 and not getattr(self, "_entropy_bonus_enabled", True)
@@ -86,10 +238,23 @@ def grpo_trainer_class() -> type:
 
         def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any,
                                completion_ids_list: Any) -> Any:
-            rewards = super()._calculate_rewards(inputs, prompts, completions,
-                                                 completion_ids_list)
-            if self.step_log.pending is not None:  # on the main thread: a collective
-                self.step_log.publish(gather_object, self._log_metric)
+            started, begin = self._replaying, time.perf_counter()
+            if started is None:
+                rewards = super()._calculate_rewards(inputs, prompts, completions,
+                                                     completion_ids_list)
+                self.times.workers += time.perf_counter() - begin
+                step = self.state.global_step + 1
+            else:  # its workflows were started with it; TRL's gather, as TRL's own path ends
+                values = started.rewards.result()
+                ended = started.finished or time.perf_counter()
+                self.times.workers += ended - started.started
+                rewards = gather(torch.tensor(
+                    [[math.nan if r is None else r] for r in values], dtype=torch.float32,
+                    device=self.accelerator.device))
+                step = started.step
+            self.times.waiting += time.perf_counter() - begin
+            if step in self.step_log.pending:  # on the main thread: a collective
+                self.step_log.publish(step, gather_object, self._log_metric)
             return rewards
 
         def create_model_card(self, *args: Any, **kwargs: Any) -> None:
@@ -161,6 +326,35 @@ def _until_eos(rows: list[list[int]], eos: set[int]) -> list[list[int]]:
     return out
 
 
+class PolicyLogprobs:
+    """A logits processor, first in transformers' list, that records the log-probability the
+    policy gave each sampled token: log softmax of the raw logits over the temperature, as
+    TRL's loss computes them, before any later processor (a grammar's mask) changes them. At
+    each step it reads the token sampled at the step before; `finish` reads the last."""
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self.last: Any = None
+        self.steps: list[Any] = []
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        if self.last is not None:
+            self.steps.append(self.last.gather(1, input_ids[:, -1:]).squeeze(1))
+        self.last = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, sequences: Any) -> Any:
+        """(rows, generated tokens): each generated token's log-probability."""
+        import torch
+
+        if self.last is not None:
+            self.steps.append(self.last.gather(1, sequences[:, -1:]).squeeze(1))
+            self.last = None
+        return torch.stack(self.steps, dim=1)
+
+
 class TrlTrainer:
     """What podium's rollouts and held-out evaluation use of TRL's trainer (see the module)."""
 
@@ -197,8 +391,10 @@ class TrlTrainer:
         return asyncio.run(coroutine)
 
     def sample(self, prompt_ids: list[list[int]], processor: Any = None) -> tuple[list, Any]:
-        """Sampled completions: TRL's own generator (transformers or vLLM), or, with a
-        logits `processor`, transformers' generate under it. (completion ids, logprobs)"""
+        """Sampled completions: TRL's own generator (transformers or vLLM; its sampled
+        log-probabilities, vLLM's or None), or, with a logits `processor`, transformers'
+        generate under it, recording the policy's own log-probability of each token
+        (`PolicyLogprobs`). (completion ids, log-probabilities)"""
         t = self.trainer
         if processor is None:
             return t._generate_single_turn(prompt_ids, None, {}, 1)
@@ -208,13 +404,16 @@ class TrlTrainer:
 
         inputs, mask, width = _padded(prompt_ids, t.processing_class.pad_token_id)
         device = t.accelerator.device
+        recorder = PolicyLogprobs(t.generation_config.temperature or 1.0)
         with unwrap_model_for_generation(t.model_wrapped, t.accelerator,
                                          gather_deepspeed3_params=t.args
                                          .ds3_gather_for_generation) as model, torch.no_grad():
             out = model.generate(input_ids=inputs.to(device), attention_mask=mask.to(device),
                                  generation_config=t.generation_config,
-                                 logits_processor=LogitsProcessorList([processor]))
-        return _until_eos(out[:, width:].tolist(), set(t.eos_token_ids)), None
+                                 logits_processor=LogitsProcessorList([recorder, processor]))
+        completions = _until_eos(out[:, width:].tolist(), set(t.eos_token_ids))
+        logprobs = recorder.finish(out).tolist()
+        return completions, [lp[:len(c)] for lp, c in zip(logprobs, completions, strict=True)]
 
     def greedy(self, prompt_ids: list[list[int]], processor: Any = None) -> list[list[int]]:
         """The policy's greedy completions (under a logits `processor` when given), in eval

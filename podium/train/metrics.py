@@ -176,24 +176,29 @@ def publish(log: StepLog, *, gather: Callable[[list[StepLog]], list[StepLog]] = 
 
 
 class StepRecorder:
-    """Holds this process's `StepLog` of the step being scored until the trainer publishes
-    it: the reward keeps it (`keep`), the trainer publishes it once TRL's rewards are in
-    (`publish`, on the main thread, where the gather may run). `transcripts`: the file the
-    main process appends to (None elsewhere); `per_step`: transcripts a step."""
+    """Holds this process's `StepLog` of each step being scored until the trainer publishes
+    it: the reward keeps it (`keep`, on the reward's event loop), the trainer publishes it once
+    TRL's rewards are in (`publish`, on the main thread, where the gather may run). With
+    `[grpo] overlap` the next steps' logs may be kept before this one is published, so they
+    are held by step. `transcripts`: the file the main process appends to (None elsewhere);
+    `per_step`: transcripts a step."""
 
     def __init__(self, transcripts: Path | None = None, per_step: int = 0) -> None:
         self.transcripts, self.per_step = transcripts, per_step
-        self.pending: StepLog | None = None
+        self.pending: dict[int, StepLog] = {}
 
     def keep(self, log: StepLog) -> None:
-        self.pending = log
+        self.pending[log.step] = log
 
-    def publish(self, gather: Callable[[list[StepLog]], list[StepLog]] = lambda x: x,
+    def publish(self, step: int | None = None,
+                gather: Callable[[list[StepLog]], list[StepLog]] = lambda x: x,
                 log_metric: Callable[[str, float], None] | None = None) -> dict[str, float]:
-        """Publish the pending step log gathered from every process (`gather`: an
-        all-gather of a list, such as accelerate's `gather_object`); {} when none is
-        pending."""
-        log, self.pending = self.pending, None
+        """Publish the log kept for `step` (None: the earliest kept) gathered from every
+        process (`gather`: an all-gather of a list, such as accelerate's `gather_object`);
+        {} when none is kept."""
+        if step is None:
+            step = min(self.pending, default=0)
+        log = self.pending.pop(step, None)
         if log is None:
             return {}
         return publish(log, gather=gather, log_metric=log_metric,

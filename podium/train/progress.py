@@ -2,12 +2,15 @@
 progress bar that knows the run's true total (a resumed run starts at its checkpoint's step).
 
     step  3/30 · reward 0.78 ± 0.17 · correct 87.5% · valid 100% · 1.19 calls · 31 tokens
-      · 13.6 s/step · ETA 6:07 · held-out 66.7% (best 70.0%)
+      · 13.6 s/step · generate 3.1 s, wait 0.2 s, train 9.8 s · ETA 6:07
+      · held-out 66.7% (best 70.0%)
 
 "correct" and "valid" are over the step's rollouts (valid: the Conductor's output parsed into a
 workflow); calls and tokens are per plan (its worker calls; every call's tokens, the
-Conductor's and the workers'). A budget-conditioned run (`[budget]`) also shows the share of
-plans over their budget.
+Conductor's and the workers'). The step's time is split into generating rollouts, waiting on
+their workflows, and training; with `[grpo] overlap` the line also says how much of the trained
+batch's workflow time was hidden behind generation and training. A budget-conditioned run
+(`[budget]`) also shows the share of plans over their budget.
 TRL's own output (a tqdm bar and a metrics dict per step) is taken off the trainer in favour of
 this; every metric still goes to metrics.jsonl and to `report_to` (TensorBoard by default).
 Only the main process of a job prints.
@@ -43,6 +46,12 @@ def step_line(step: int, total: int, logs: dict[str, Any], seconds: float | None
         parts.append(f"{logs['podium/tokens_per_rollout']:.0f} tokens")
     if seconds is not None:
         parts.append(f"{seconds:.1f} s/step")
+        if "time/training_s" in logs:  # podium.train.overlap.StepTimes
+            parts.append(f"generate {logs['time/generation_s']:.1f} s, wait "
+                         f"{logs['time/workers_wait_s']:.1f} s, train "
+                         f"{logs['time/training_s']:.1f} s")
+        if logs.get("podium/staleness"):
+            parts.append(f"workers {100 * logs.get('time/workers_hidden', 0):.0f}% hidden")
         left = max(total - step, 0) * seconds
         parts.append(f"ETA {int(left // 60)}:{int(left % 60):02d}")
     if "heldout/accuracy" in logs:

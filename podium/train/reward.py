@@ -111,12 +111,14 @@ class ConductorReward:
     async def __call__(self, prompts: list, completions: list, completion_ids: list,
                        row: list[int], trainer_state: Any = None,
                        podium_rollout: list[RolloutInfo] | None = None,
-                       **_: Any) -> list[float | None]:
+                       step: int | None = None, **_: Any) -> list[float | None]:
         """TRL's call: the batch's completions with the dataset's columns (`row`: each
         completion's row index), TRL's state, and what podium's rollout function says of each
-        completion (`podium.train.rollout.row.RolloutInfo`)."""
-        # the update these rollouts feed: metrics.jsonl logs it under the same number
-        step = getattr(trainer_state, "global_step", 0) + 1
+        completion (`podium.train.rollout.row.RolloutInfo`). `step` is the update these
+        rollouts train, which metrics.jsonl logs them under (None: the one after TRL's state's;
+        with `[grpo] overlap` the trainer names a later one)."""
+        if step is None:
+            step = getattr(trainer_state, "global_step", 0) + 1
         n = len(completions)
         infos = podium_rollout or [RolloutInfo()] * n
         rows = [self.rows[i] for i in row]

@@ -246,7 +246,8 @@ def build(config: TrainConfig, *, make_trainer: bool = True,
                               [row.columns(i) for i, row in enumerate(job.rows)]),
                           rollout_func=rollout_func(rollout) if rollout is not None else None,
                           processing_class=tokenizer, callbacks=_callbacks(job),
-                          step_log=recorder)
+                          step_log=recorder,
+                          overlap=config.grpo.max_staleness if config.grpo.overlap else 0)
     started = TrlTrainer(job.trainer).processes
     if started != layout.processes and not dry_run:
         raise ConfigError(f"The launcher's variables say {layout.processes} process(es) and "
@@ -331,6 +332,10 @@ def describe(job: TrainingJob) -> list[str]:
         f"steps       {g.max_steps} x {g.questions_per_step} questions x {g.generations} "
         f"rollouts = {completions} completions/step",
         f"layout      {job.layout.line()}",
+        "overlap     " + (f"the workflows of the next {g.max_staleness} step(s) run while a "
+                          f"step trains (rollouts up to {g.max_staleness} update(s) old, the "
+                          "ratio against the policy that generated them)"
+                          if g.overlap else "none (each step waits for its workflows)"),
         f"optimiser   lr {g.learning_rate} {g.lr_scheduler}, warm-up "
         f"{g.warmup_ratio if g.warmup_steps is None else f'{g.warmup_steps} steps'}, "
         f"beta {g.beta}, clip {g.epsilon}, loss {g.loss_type}, T {g.temperature}, "

@@ -7,7 +7,9 @@ Python functions (the adder is right, zero is wrong). Sampling is replaced by fi
 hold different numbers of rows with an advantage (process 0: 2 of 6, process 1: 6 of 6), the
 case that put TRL's collectives out of step, and one group is split over both processes.
 The two-process job is started as two torchrun "nodes" of one process each on this host, as a
-multi-node job is, and its second step comes from `--resume`.
+multi-node job is. Both jobs train overlapped (`[grpo] overlap`: the second step's batch is
+generated and its workflows started during the first), two steps, then a third from
+`--resume`.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ fewshots = "none"
 max_steps = 1
 
 [grpo]
-max_steps = 2
+max_steps = 3
+overlap = true
 questions_per_step = 3
 generations = 4
 per_device_batch = 2
@@ -139,12 +142,15 @@ def finish(*processes: subprocess.Popen) -> list[str]:
 
 
 def launch(root: Path) -> tuple[str, list[str], list[str]]:
-    """Two steps in one process; beside it, the two-node job's first step, then a --resume of
-    that job for the second."""
-    one = start([sys.executable, *command(root, "one")], root)
-    first = finish(*two_nodes(root, "--set", "grpo.max_steps=1"))
+    """Two steps, then a --resume for the third: in one process, and beside it the two-node
+    job."""
+    one = start([sys.executable, *command(root, "one", "--set", "grpo.max_steps=2")], root)
+    first = finish(*two_nodes(root, "--set", "grpo.max_steps=2"))
+    printed = finish(one)[0]
+    one = start([sys.executable, *command(root, "one", "--resume")], root)
     second = finish(*two_nodes(root, "--resume"))
-    return finish(one)[0], first, second
+    finish(one)
+    return printed, first, second
 
 
 def metrics(out: Path) -> list[dict]:
@@ -168,9 +174,11 @@ def test_two_processes_make_the_step_one_process_makes(runs):
     for name, grad in theirs.items():
         torch.testing.assert_close(ours[name], grad, rtol=1e-4, atol=1e-8, msg=name)
     a, b = metrics(root / "one"), metrics(root / "two")
-    assert [m["step"] for m in a] == [1, 2, 2]  # each step, then the run's summary
-    assert [m["step"] for m in b] == [1, 1, 2, 2]  # written once: a run of 1, then --resume
-    for x, y in zip(a[:2], (b[0], b[2]), strict=True):
+    assert [m["step"] for m in a] == [m["step"] for m in b] == [1, 2, 2, 3, 3]  # and summaries
+    a, b = [m for m in a if "reward" in m], [m for m in b if "reward" in m]
+    # the second step's batch was generated before the first update; after --resume, afresh
+    assert [m["podium/staleness"] for m in a] == [m["podium/staleness"] for m in b] == [0, 1, 0]
+    for x, y in zip(a, b, strict=True):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-4, abs=1e-7)
         podium = {k: v for k, v in x.items() if k.startswith("podium/") or k.startswith("reward")}
         assert podium == pytest.approx({k: y[k] for k in podium}), x
@@ -181,8 +189,8 @@ def test_two_processes_make_the_step_one_process_makes(runs):
 
 
 def test_a_resumed_job_ends_where_one_process_does(runs):
-    """The job's second step came from --resume (its optimizer state, on every process): its
-    final weights are the one-process run's, which took both steps at once."""
+    """The job's third step came from --resume (its optimizer state, on every process): its
+    final weights are the one-process run's."""
     root, _, _, resumed = runs
     assert "Plan" in resumed[0]
     from safetensors.torch import load_file
@@ -201,6 +209,6 @@ def test_transcripts_and_checkpoints_are_written_once_for_the_whole_job(runs):
     two = [json.loads(x) for x in (root / "two" / "transcripts.jsonl").read_text().splitlines()]
     assert [(t["step"], t["reward"]) for t in two] == [(t["step"], t["reward"]) for t in one]
     assert {t["reward"] for t in two if t["step"] == 1} == {1.0, 0.5, 0.0}  # from both ranks
-    for step in ("checkpoint-1", "checkpoint-2", "final"):
+    for step in ("checkpoint-2", "checkpoint-3", "final"):
         card = json.loads((root / "two" / step / CARD).read_text())
-        assert card["steps"] == (1 if step == "checkpoint-1" else 2)
+        assert card["steps"] == (2 if step == "checkpoint-2" else 3)

@@ -106,6 +106,7 @@ class ConstrainedRollout:
         sampled = [i for i, c in enumerate(written) if c is None]
         generated: dict[int, list[int]] = {}
         logprobs: list | None = None
+        policy: list | None = None
         if sampled:  # a text the grammar fixes is written, not sampled token by token
             specs = [GrammarSpec(self.rows[prompts[i]].workers, False, skeletons[i],
                                  self.subtasks(prompts[i], skeletons[i]),
@@ -114,7 +115,10 @@ class ConstrainedRollout:
                                             specs)
             generated = dict(zip(sampled, made, strict=True))
             if sampled_logprobs is not None and len(sampled) == len(prompts):
-                logprobs = sampled_logprobs  # only TRL's importance-sampling correction reads them
+                if trl.uses_vllm:  # vLLM's: only TRL's importance-sampling correction reads them
+                    logprobs = sampled_logprobs
+                else:  # the policy's own, recorded by transformers: what overlap's ratio needs
+                    policy = sampled_logprobs
         completions = [c if c is not None else generated[i] for i, c in enumerate(written)]
         return Rollouts(
             ids, completions, logprobs,
@@ -122,4 +126,5 @@ class ConstrainedRollout:
             info=([RolloutInfo(explored=sk is not None) for sk in skeletons]
                   if self.settings.explore else None),
             env_mask=([live_mask(self.tokenizer, c, self.subtask_weight) for c in completions]
-                      if self.settings.credit != "all" else None))
+                      if self.settings.credit != "all" else None),
+            policy_logprobs=policy)

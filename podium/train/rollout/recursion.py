@@ -130,7 +130,9 @@ class RecursionRollout:
         comp0, lp0 = self.generate(trl, [prompt_ids[i] for i in first],
                                     [self.rows[prompts[i]] for i in first], False)
         completion = dict(zip(first, comp0, strict=True))
-        logprob = dict(zip(first, lp0, strict=True)) if lp0 is not None else None
+        # vLLM's sampled log-probabilities, for TRL's importance-sampling correction
+        logprob = (dict(zip(first, lp0, strict=True)) if lp0 is not None and trl.uses_vllm
+                   else None)
         self.calls += 1
         step = trl.step
         rows = {i: self.rows[prompts[i]] for i in sorted(set(second.values()))}

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from podium.pipeline import RunResult
 
 KEY = "podium_rollout"  # the rollout dictionary's key for the RolloutInfo list
+LOGPROBS = "podium_logprobs"  # its key for the policy's log-probabilities at generation
 
 
 @dataclass(frozen=True)
@@ -73,15 +74,20 @@ class RolloutInfo:
 
 @dataclass(frozen=True)
 class Rollouts:
-    """A batch of completions: token ids, sampled log-probabilities (vLLM's; None from
-    transformers), what the reward needs of each (`info`), and the loss weights of each token
-    (`env_mask`, `podium.train.credit`; None: every token weighs 1)."""
+    """A batch of completions: token ids, sampled log-probabilities (vLLM's, for TRL's
+    importance-sampling correction; None from transformers), what the reward needs of each
+    (`info`), the loss weights of each token (`env_mask`, `podium.train.credit`; None: every
+    token weighs 1), and the policy's own log-probability of each token as it generated them
+    (`policy_logprobs`: log softmax of logits / temperature, before a grammar's mask, recorded
+    by transformers' generation; None where not recorded), which `[grpo] overlap` takes the
+    importance ratio against (`podium.train.overlap`)."""
 
     prompt_ids: list[list[int]]
     completion_ids: list[list[int]]
     logprobs: list[Any] | None = None
     info: list[RolloutInfo] | None = None
     env_mask: list[list[float]] | None = field(default=None)
+    policy_logprobs: list[list[float]] | None = None
 
     def to_trl(self) -> dict[str, Any]:
         """TRL's rollout dictionary (`rollout_func`'s return value)."""
@@ -91,4 +97,6 @@ class Rollouts:
             out[KEY] = self.info
         if self.env_mask is not None:  # TRL leaves tokens with env_mask 0 out of the loss
             out["env_mask"] = self.env_mask
+        if self.policy_logprobs is not None:
+            out[LOGPROBS] = self.policy_logprobs
         return out

@@ -1,0 +1,246 @@
+"""`[grpo] overlap` for real: a tiny Llama trains on fixed completions (`distributed_step.py`),
+overlapped and synchronously, through `podium train`'s own build.
+
+The maths: the batch the second update trains was generated while the first update had not
+yet been taken, so its importance ratio must be taken against the log-probabilities the
+untrained policy gave it. The test recomputes that update's gradient by hand from the
+weights before each update and compares it with the trainer's; the same computation with the
+ratio taken against the current policy gives another gradient, which the trainer's must not
+be. The order: both runs train the same questions at the same steps. A kill while a batch's
+workflows are in flight, then `--resume`: every step is trained and logged once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+
+from distributed_step import FixedRollout  # noqa: E402
+from support import tiny_llama  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
+
+import podium.train.trainer as trainer_module  # noqa: E402
+from podium.checkpoint import CARD  # noqa: E402
+from podium.testing.recipe import sums_recipe  # noqa: E402
+from podium.train.config import load_train_config  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+RIGHT = '1]\nsubtasks = ["Add the numbers"]\naccess_list = [[]]'
+WRONG = '0]\nsubtasks = ["Answer zero"]\naccess_list = [[]]'
+GRPO = """max_steps = {steps}
+questions_per_step = 1
+generations = 4
+max_completion_tokens = 32
+learning_rate = 1e-2
+lr_scheduler = "constant"
+warmup_ratio = 0.0
+max_grad_norm = 1e9
+save_steps = {save}
+overlap = {overlap}"""
+RUN = 'prompt = "compact"\nfewshots = "none"\nmax_steps = 1'
+
+
+class Capture(TrainerCallback):
+    """The weights before each update and the gradient of the second."""
+
+    def __init__(self) -> None:
+        self.weights: dict[int, dict] = {}
+        self.grads: dict[str, torch.Tensor] = {}
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        self.weights[state.global_step] = {k: v.detach().clone()
+                                           for k, v in model.state_dict().items()}
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        if state.global_step == 1:
+            self.grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()
+                          if p.grad is not None}
+
+
+def train(root: Path, tokenizer, overlap: bool) -> tuple[Capture, dict[int, dict], Path]:
+    """A 3-step run; (its capture, the batch each update trained, its output folder)."""
+    if not (root / "tiny").exists():
+        tiny_llama(tokenizer).save_pretrained(root / "tiny")
+        tokenizer.save_pretrained(root / "tiny")
+    name = "overlapped" if overlap else "synchronous"
+    config = sums_recipe(root, 6, model=root / "tiny", out=root / name, name=f"{name}.toml",
+                         grpo=GRPO.format(steps=3, save=10, overlap=str(overlap).lower()),
+                         run=RUN)
+    capture, batches = Capture(), {}
+    build = trainer_module.build
+
+    def fixed(*args, **kwargs):
+        job = build(*args, **kwargs)
+        trainer = job.trainer
+        trainer.rollout_func = FixedRollout([RIGHT, WRONG], trainer.processing_class)
+        trainer.add_callback(capture)
+        loss = trainer._compute_loss
+
+        def kept(model, inputs):
+            batches[trainer.state.global_step] = {k: v for k, v in inputs.items()}
+            return loss(model, inputs)
+
+        trainer._compute_loss = kept
+        return job
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(trainer_module, "build", fixed)
+        trainer_module.train(load_train_config(config))
+    return capture, batches, root / name
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tokenizer):
+    root = tmp_path_factory.mktemp("overlap")
+    return train(root, tokenizer, True), train(root, tokenizer, False), tokenizer
+
+
+def logps(weights: dict, tokenizer, batch: dict, grad: bool = False):
+    """The per-token log-probabilities of `batch`'s completions under `weights` (the model
+    with them, for a backward pass)."""
+    model = tiny_llama(tokenizer)
+    model.load_state_dict(weights)
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    width = batch["completion_ids"].size(1)
+    with torch.set_grad_enabled(grad):
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, -width - 1:-1] / 1.0
+        out = torch.log_softmax(logits.float(), -1).gather(
+            -1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    return out, model
+
+
+def hand_gradient(batch: dict, new, old, model) -> dict[str, torch.Tensor]:
+    """GRPO's clipped token-level (bnpo) loss of `batch`, by hand, and its gradient."""
+    mask = batch["completion_mask"].float()
+    advantages = batch["advantages"].unsqueeze(1)
+    ratio = torch.exp(new - old)
+    per_token = -torch.min(ratio * advantages, torch.clamp(ratio, 0.8, 1.2) * advantages)
+    ((per_token * mask).sum() / mask.sum()).backward()
+    return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_the_second_update_takes_its_ratio_against_the_policy_that_generated_it(runs):
+    (capture, batches, _), _, tokenizer = runs
+    batch = batches[1]  # the second update's batch, generated before the first update
+    mask = batch["completion_mask"].bool()
+    assert (batch["advantages"] != 0).all()
+    untrained, _ = logps(capture.weights[0], tokenizer, batch)
+    torch.testing.assert_close(batch["old_per_token_logps"][mask], untrained[mask],
+                               rtol=1e-4, atol=1e-5)
+    new, model = logps(capture.weights[1], tokenizer, batch, grad=True)
+    assert not torch.allclose(new.detach()[mask], untrained[mask], atol=1e-3)  # it trained
+    right = hand_gradient(batch, new, untrained, model)
+    assert right.keys() == capture.grads.keys()
+    for name, grad in right.items():
+        torch.testing.assert_close(capture.grads[name], grad, rtol=1e-3, atol=1e-7, msg=name)
+    new, model = logps(capture.weights[1], tokenizer, batch, grad=True)
+    wrong = hand_gradient(batch, new, new.detach(), model)  # the ratio against the current
+    assert any(not torch.allclose(capture.grads[n], g, rtol=1e-3, atol=1e-7)
+               for n, g in wrong.items())
+
+
+def steps(out: Path) -> list[dict]:
+    return [m for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+            if "reward" in m]
+
+
+def test_both_runs_train_the_same_questions_in_the_same_order_one_update_apart(runs):
+    (_, overlapped, out), (_, synchronous, sync_out), _ = runs
+    assert sorted(overlapped) == sorted(synchronous) == [0, 1, 2]
+    for step in range(3):
+        assert torch.equal(overlapped[step]["prompt_ids"], synchronous[step]["prompt_ids"])
+        assert torch.equal(overlapped[step]["completion_ids"],
+                           synchronous[step]["completion_ids"])
+    assert "old_per_token_logps" not in synchronous[1]  # TRL's ratio: 1, on-policy
+    a, b = steps(out), steps(sync_out)
+    assert [m["podium/staleness"] for m in a] == [0, 1, 1]
+    assert [m["podium/staleness"] for m in b] == [0, 0, 0]
+    for m in a + b:
+        assert {"time/step_s", "time/generation_s", "time/workers_wait_s", "time/training_s",
+                "time/workers_s", "time/workers_hidden"} <= m.keys()
+        assert 0 <= m["time/workers_hidden"] <= 1
+        assert m["podium/correct"] == 0.5 and "completions/mean_length" in m
+    assert all(m["time/workers_hidden"] == 0 for m in b)  # synchronous: nothing hidden
+    assert a[-1]["time/generation_s"] == 0  # nothing is generated for a step past the last
+
+
+def test_a_kill_with_a_batch_in_flight_then_resume_trains_every_step_once(tmp_path, tokenizer):
+    tiny_llama(tokenizer).save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    out = tmp_path / "out"
+    config = sums_recipe(tmp_path, 6, model=tmp_path / "tiny", out=out, adder="late",
+                         grpo=GRPO.format(steps=4, save=1, overlap="true"), run=RUN)
+    (tmp_path / "completions.json").write_text(json.dumps([RIGHT, WRONG]))
+    command = [sys.executable, str(HERE / "distributed_step.py"), str(config),
+               str(tmp_path / "completions.json"), str(tmp_path / "grads")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PODIUM_TEST_LATE_S": "3", "COLUMNS": "400"}
+    run = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    # checkpoint-2 is written right after step 2 trains; batch 3's workflows started at the
+    # beginning of step 2 and take 3 s, so they are in flight when it is killed
+    state = out / "checkpoint-2" / "trainer_state.json"
+    deadline = time.monotonic() + 300
+    while not state.exists() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    run.kill()
+    printed = run.communicate()[0]
+    assert state.exists(), printed[-4000:]
+    assert [m["step"] for m in steps(out)] == [1, 2]
+    resumed = subprocess.run([*command, "--resume"], env=env, cwd=tmp_path, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-4000:]
+    resume = next(x for x in resumed.stdout.splitlines() if x.strip().startswith("resume "))
+    assert "checkpoint-2" in resume, resume
+    logged = steps(out)
+    assert [m["step"] for m in logged] == [1, 2, 3, 4]  # none lost, none twice
+    assert [m["podium/staleness"] for m in logged] == [0, 1, 0, 1]  # batch 3 generated again
+    transcripts = [json.loads(x)["step"] for x in
+                   (out / "transcripts.jsonl").read_text().splitlines()]
+    assert sorted(set(transcripts)) == [1, 2, 3, 4]
+    assert transcripts == sorted(transcripts)
+    card = json.loads((out / "final" / CARD).read_text())
+    assert card["steps"] == 4
+
+
+def test_generation_records_the_policys_own_log_probabilities_under_a_mask(tokenizer):
+    """What transformers' generation records for a grammar-held rollout is what TRL's loss
+    computes for its tokens: log softmax of the logits over the temperature, unmasked."""
+    from transformers import LogitsProcessorList
+
+    from podium.train.grpo import PolicyLogprobs
+
+    model = tiny_llama(tokenizer, seed=3)
+    allowed = torch.zeros(len(tokenizer), dtype=torch.bool)
+    allowed[torch.randperm(len(tokenizer), generator=torch.Generator().manual_seed(0))[:500]] = 1
+
+    def grammar(input_ids, scores):  # a mask, as a grammar's processor applies one
+        return scores.masked_fill(~allowed, float("-inf"))
+
+    prompt = torch.tensor([tokenizer("What is 2 + 5?")["input_ids"]] * 3)
+    recorder = PolicyLogprobs(0.7)
+    torch.manual_seed(0)
+    out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
+                         do_sample=True, temperature=0.7, max_new_tokens=12, min_new_tokens=12,
+                         logits_processor=LogitsProcessorList([recorder, grammar]),
+                         pad_token_id=tokenizer.pad_token_id)
+    recorded = recorder.finish(out)
+    width = prompt.size(1)
+    generated = out[:, width:]
+    assert recorded.shape == generated.shape and allowed[generated].all()
+    with torch.no_grad():
+        logits = model(input_ids=out).logits[:, width - 1:-1] / 0.7
+    expected = torch.log_softmax(logits, -1).gather(-1, generated.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(recorded, expected, rtol=1e-4, atol=1e-4)
+    masked = torch.log_softmax(logits.masked_fill(~allowed, float("-inf")), -1)
+    assert (masked.gather(-1, generated.unsqueeze(-1)).squeeze(-1) - expected).min() > 0.1
