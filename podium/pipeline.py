@@ -315,13 +315,15 @@ class Pipeline:
                            label: str = "fixed", answer: AnswerRule | None = None,
                            on_event: Event | None = None,
                            stream_answer: bool = False,
-                           budget: float | RequestBudget | None = None) -> RunResult:
+                           budget: float | RequestBudget | None = None,
+                           conversation: Conversation | None = None) -> RunResult:
         """Run a given workflow (a baseline's) with this pool's executor, caps and budget, as
         one round: no Conductor call is made. `answer` picks the answer from the step records
         (default: `run.final_answer`). The result has the same shape as `ask`'s.
-        `stream_answer` and `budget` as for `ask`."""
+        `stream_answer`, `budget` and `conversation` as for `ask`."""
         q = self._question(question, sample_id, None, budget, on_event,
-                           stream_answer and answer is None, answer)
+                           stream_answer and answer is None, answer,
+                           conversation=conversation)
         turn = ConductorTurn(0, [], workflow=workflow, extra={"system": label})
         return await self._rounds(q, turn, [], 0)
 

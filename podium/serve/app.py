@@ -14,7 +14,8 @@
 
 With `pass_through` (`podium serve --pass-through`) every worker is also a model of its own,
 named as in the pool: a request for it is one call to that worker with the bare question
-(`run.worker_messages = "question"`, the same as `podium eval --system openai:...` asks), with
+(`run.worker_messages = "question"`, the same as `podium eval --system openai:...` asks; a
+conversation's earlier turns come before it as chat turns, as the client sent them), with
 its usage and trace like any other, so a single worker can be evaluated served the same way
 as the team.
 

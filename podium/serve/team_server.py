@@ -83,7 +83,7 @@ class TeamServer:
         if config.pass_through and MODEL in self.names:
             raise ConfigError(f"A worker is named {MODEL!r}, the team's own model name: rename "
                               "it in the pool to serve workers as models (--pass-through).")
-        # a pass-through model's runs: the bare question
+        # a pass-through model's runs: the bare question (after a conversation's earlier turns)
         self.single = pipeline.variant(bare_question(pipeline.settings))
 
     async def auth(self, request: Request) -> str | None:  # async: FastAPI runs a sync one
@@ -133,7 +133,8 @@ class TeamServer:
                                                   label=f"worker:{request.model}",
                                                   on_event=on_event,
                                                   stream_answer=on_event is not None,
-                                                  budget=opts.budget)
+                                                  budget=opts.budget,
+                                                  conversation=request.conversation)
 
     def begin(self, request: ServedRequest,
               scope: Scope) -> tuple[InFlight, dict, str | None]:

@@ -52,6 +52,21 @@ def test_a_worker_model_answers_alone_with_one_call_and_its_own_trace(client, th
     assert step["messages"] == [{"role": "user", "content": Q}]  # the bare question
 
 
+def test_a_worker_model_gets_a_conversations_earlier_turns_as_turns(client, through):
+    turns = [{"role": "developer", "content": "Answer in tags."},
+             {"role": "user", "content": "What is 1 + 1?"},
+             {"role": "assistant", "content": "<answer>2</answer>"},
+             {"role": "user", "content": Q}]
+    reply = client.chat.completions.create(model="adder", messages=turns,
+                                           extra_body={"return_trace_id": True})
+    assert reply.choices[0].message.content == "<answer>7</answer>"  # the last question's
+    with httpx.Client(base_url=through.base, trust_env=False) as http:
+        trace = http.get(f"/v1/traces/{reply.model_extra['podium_trace_id']}",
+                         headers=auth()).json()
+    [step] = trace["steps"]
+    assert step["messages"] == [{"role": "system", "content": "Answer in tags."}, *turns[1:]]
+
+
 def test_a_worker_model_streams_and_speaks_the_responses_api(client):
     pieces = [c.choices[0].delta.content for c in ask(client, "adder", stream=True)
               if c.choices and c.choices[0].delta.content]
