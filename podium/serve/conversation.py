@@ -17,10 +17,15 @@ assistant turns), they are put before it as context, in one clearly delimited bl
     Now answer this:
     And times 3?
 
-That block is what the Conductor and every step but the last see. The step that writes the
-answer gets the earlier turns as chat turns instead (`conversation_of`: system and developer
-messages as `system`, user and assistant text turns, in order), then its own message, whose
-task is the last question alone.
+That block is what the Conductor and every step but the last see; an earlier turn's tool
+calls are written in it as `(called NAME with ARGUMENTS)` under the assistant's text, and their
+results under `[tool]`. The step that writes the answer gets the earlier turns as chat turns
+instead (`conversation_of`: system and developer messages as `system`, user and assistant
+turns, in order), then its own message, whose task is the last question alone. When the
+request has tools, the earlier turns' tool calls and results are chat turns too (an assistant
+message with its `tool_calls`, a `tool` message with its result; the ids renumbered `call_1`,
+`call_2`, ... in order: the client's may be long sealed ones); without tools, a worker is sent
+no tool messages, so each call and its result are written into the assistant's turn as text.
 
 A one-message conversation is sent as it is, so a question asked through the server and with
 `podium ask` is the same question (and hits the same response cache entries).
@@ -108,9 +113,9 @@ def question_of(messages: list[Message]) -> str:
         return text
     turns = []
     for i, msg in enumerate(messages[:-1]):
-        body = msg.text(f"messages.{i}").strip()
-        if body:
-            turns.append(f"[{msg.role}]\n{body}")
+        body = "\n".join([msg.text(f"messages.{i}").strip(), *map(called, msg.tool_calls or [])])
+        if body.strip():
+            turns.append(f"[{msg.role}]\n{body.strip()}")
     if not turns:
         return text
     context = "\n".join(turns)
@@ -118,12 +123,37 @@ def question_of(messages: list[Message]) -> str:
             f"</conversation>\n\nNow answer this:\n{text}")
 
 
-def conversation_of(messages: list[Message]) -> Conversation | None:
+def called(call: ToolCall) -> str:
+    """A tool call written as text."""
+    return f"(called {call.function.name} with {call.function.arguments})"
+
+
+def conversation_of(messages: list[Message], tools: bool = False) -> Conversation | None:
     """The earlier turns, as the answer step sees them, and the last question; None when
-    there are none (the question is then asked as it is). Call it after `question_of`."""
-    turns = []
+    there are none (the question is then asked as it is). `tools`: the request has tools, so
+    the turns' tool calls and results are chat turns; otherwise they are written into the
+    assistant's turns (see the module docstring). Call it after `question_of`."""
+    turns: list[dict] = []
+    ids: dict[str, str] = {}  # the client's call ids, renumbered
     for i, msg in enumerate(messages[:-1]):
         body = msg.text(f"messages.{i}").strip()
+        if msg.role == "tool":
+            if tools:
+                turns.append({"role": "tool", "content": body, "tool_call_id": ids.setdefault(
+                    msg.tool_call_id or "", f"call_{len(ids) + 1}")})
+            elif turns and turns[-1]["role"] == "assistant":
+                turns[-1]["content"] += f"\n(result: {body})"
+            continue
+        if msg.role == "assistant" and msg.tool_calls:
+            if tools:
+                turns.append({"role": "assistant", "content": body or None, "tool_calls": [
+                    {"id": ids.setdefault(c.id, f"call_{len(ids) + 1}"), "type": "function",
+                     "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                    for c in msg.tool_calls]})
+            else:
+                turns.append({"role": "assistant", "content": "\n".join(
+                    [body, *map(called, msg.tool_calls)]).strip()})
+            continue
         if body and msg.role in ("system", "developer", "user", "assistant"):
             role = "system" if msg.role == "developer" else msg.role
             turns.append({"role": role, "content": body})

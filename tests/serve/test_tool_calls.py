@@ -153,6 +153,47 @@ def test_chat_tool_calls_then_the_results_give_the_final_text(served: Served) ->
     assert again["tool_results"] == [{"tool_call_id": worker_id, "content": "Rain, 9 C"}]
 
 
+def test_a_new_turn_after_tool_calls_gives_the_acting_step_them_as_chat_turns(
+        served: Served) -> None:
+    """An agent's next question, after a turn that called a tool: the step that writes the
+    answer gets the earlier call and its result as chat turns (its ids renumbered, not the
+    long sealed ones); asked without tools, as text in the assistant's turn."""
+    client = served.client
+    messages: list[Any] = [{"role": "user", "content": QUESTION}]
+    first = client.chat.completions.create(model="podium", messages=messages, tools=[WEATHER])
+    [call] = first.choices[0].message.tool_calls or []
+    messages += [first.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "Rain, 9 C"}]
+    final = client.chat.completions.create(model="podium", messages=messages, tools=[WEATHER])
+    messages += [final.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "user", "content": "And in Bergen?"}]
+    plans = served.planner.plans
+    again = client.chat.completions.create(model="podium", messages=messages, tools=[WEATHER],
+                                           extra_body={"return_trace_id": True})
+    assert served.planner.plans == plans + 1  # a new turn: a new plan
+    steps = served.trace(again.podium_trace_id)["steps"]  # type: ignore[attr-defined]
+    sent = steps[-1]["messages"]
+    assert sent[:4] == [
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {
+                "name": "get_weather", "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Rain, 9 C"},
+        {"role": "assistant", "content": "[agent] tool results: Rain, 9 C"}]
+    own = sent[4]["content"]
+    assert "<overall_task>\nAnd in Bergen?" in own and "<conversation>" not in own
+    flat = steps[0]["messages"][0]["content"]  # the other steps: the conversation as text
+    assert "(called get_weather with" in flat and "[tool]\nRain, 9 C" in flat
+    assert call.id not in flat
+
+    plain = client.chat.completions.create(model="podium", messages=messages,
+                                           extra_body={"return_trace_id": True})
+    sent = served.trace(plain.podium_trace_id)["steps"][-1]["messages"]  # type: ignore[attr-defined]
+    assert all(m["role"] in ("user", "assistant") and "tool_calls" not in m for m in sent)
+    assert sent[1]["content"] == (f"(called get_weather with {call.function.arguments})\n"
+                                  "(result: Rain, 9 C)")
+
+
 def test_parallel_calls_each_carry_a_sealed_id_and_their_results_go_back_together(
         served: Served) -> None:
     served.planner.ids = [2]

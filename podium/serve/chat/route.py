@@ -38,7 +38,8 @@ async def chat_completions(server: TeamServer, request: Request) -> Response:
     served = ServedRequest(tid, req.model, question, opts, sampling=req.sampling(),
                            stream=req.stream, owner=owner, traced=req.traced(), tools=tools,
                            continuing=going,
-                           conversation=None if going else conversation_of(req.messages))
+                           conversation=None if going else conversation_of(
+                               req.messages, tools is not None and bool(tools.tools)))
     flight, headers, shown_tid = server.begin(served, request.scope)
 
     def seal(result) -> list[ToolCall]:

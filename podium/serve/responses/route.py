@@ -36,7 +36,8 @@ async def responses(server: TeamServer, request: Request) -> Response:
     served = ServedRequest(tid, req.model, asked, got.options, sampling=req.sampling(),
                            stream=req.stream, owner=owner, traced=req.traced(),
                            tools=got.tools, continuing=going,
-                           conversation=None if going else conversation_of(got.messages))
+                           conversation=None if going else conversation_of(
+                               got.messages, got.tools is not None and bool(got.tools.tools)))
     flight, headers, shown_tid = server.begin(served, request.scope)
 
     def seal(result) -> list[ToolCall]:
