@@ -256,19 +256,20 @@ class Pipeline:
         return await self._rounds(q, turn, [], 0 if q.tools else self.settings.recursion)
 
     async def continue_acting(self, state: ActingState, exchange: Sequence[Message],
-                              tools: ToolUse, *, on_event: Event | None = None
-                              ) -> RunResult:
+                              tools: ToolUse, *, on_event: Event | None = None,
+                              budget: float | RequestBudget | None = None) -> RunResult:
         """The run that ended in `state`'s tool calls, continued: the acting worker is called
         once more with its messages, then `exchange` (the assistant message with its tool
         calls and the `tool` messages with their results, in Chat Completions' shape), and
         `tools`. No Conductor call, no other step. The result's answer is the reply's text,
-        or its `tool_calls` are new calls (and its `acting` state continues them)."""
+        or its `tool_calls` are new calls (and its `acting` state continues them). `budget`
+        as for `ask`: the outcome says whether this call kept to it."""
         _check_exchange(exchange)
         if not 0 <= state.worker < len(self.team) or not self._can_act(state.worker):
             raise ConfigError(f"The acting state names worker {state.worker} "
                               f"({state.worker_name}), which cannot act in this pool: its pool "
                               "entry needs tools = true and a backend that takes tools.")
-        q = replace(self._question(state.question, state.sample_id, None, None, on_event),
+        q = replace(self._question(state.question, state.sample_id, None, budget, on_event),
                     tools=tools)  # (the task already holds the tools' block)
         step = Step(state.worker, CONTINUE_SUBTASK, ())
         rec = StepRecord(0, state.worker, self.team.clients[state.worker].name, step.subtask,

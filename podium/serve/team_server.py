@@ -111,7 +111,8 @@ class TeamServer:
                 _actor(self.pipeline, workers)
             if going is not None and tools is not None:
                 return lambda on_event: pipe.continue_acting(going.state, going.exchange,
-                                                             tools, on_event=on_event)
+                                                             tools, on_event=on_event,
+                                                             budget=opts.budget)
             return lambda on_event: pipe.ask(question, workers=workers, on_event=on_event,
                                              stream_answer=on_event is not None,
                                              budget=opts.budget, tools=tools,

@@ -153,6 +153,21 @@ def test_chat_tool_calls_then_the_results_give_the_final_text(served: Served) ->
     assert again["tool_results"] == [{"tool_call_id": worker_id, "content": "Rain, 9 C"}]
 
 
+def test_a_continuation_keeps_the_requests_budget(served: Served) -> None:
+    client = served.client
+    messages: list[Any] = [{"role": "user", "content": QUESTION}]
+    first = client.chat.completions.create(model="podium", messages=messages, tools=[WEATHER],
+                                           extra_body={"budget": 0.5})
+    [call] = first.choices[0].message.tool_calls or []
+    messages += [first.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "Rain, 9 C"}]
+    final = client.chat.completions.create(model="podium", messages=messages, tools=[WEATHER],
+                                           extra_body={"budget": 0.5})
+    assert final.choices[0].finish_reason == "stop"
+    budget = final.model_extra["podium"]["budget"]  # the continuation's one call, judged
+    assert budget["amount"] == 0.5 and budget["plan_price"] == 0 and budget["over"] is False
+
+
 def test_a_new_turn_after_tool_calls_gives_the_acting_step_them_as_chat_turns(
         served: Served) -> None:
     """An agent's next question, after a turn that called a tool: the step that writes the
