@@ -1,7 +1,7 @@
 """Helpers of checks/gpu_check.sh: the tiny policy and its files, the ZeRO-3 probe, the report.
 
     python checks/gpu_check.py tokenizer DIR      # save the bundled SmolLM2 tokenizer to DIR
-    python checks/gpu_check.py setup WORK TOK     # the policy, pool, data and configs in WORK
+    python checks/gpu_check.py setup WORK TOK     # the policy, pools, data and configs in WORK
     python checks/gpu_check.py zero3 CONFIG       # under a launcher: is the policy partitioned?
     python checks/gpu_check.py report WORK        # every run's figures, and JSON beside them
 
@@ -13,6 +13,7 @@ functions, the questions are sums.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
 from functools import partial
@@ -86,6 +87,10 @@ def setup(work: str, tokenizer_dir: str) -> None:
     recipe(model=root / "tiny", extra=ROLLOUT)
     recipe(model=root / "out" / "final", out=root / "recursion", name="recursion.toml",
            extra=ROLLOUT + RECURSION)
+    # workers PODIUM_TEST_LATE_S late (podium.testing.workers:late), trained synchronously
+    # and with [grpo] overlap: where the time went, side by side
+    recipe(model=root / "tiny", out=root / "out-sync", name="late.toml", extra=ROLLOUT,
+           adder="late")
     params = sum(p.numel() for p in model.parameters())
     print(f"policy {root / 'tiny'}: {params / 1e6:.1f}M parameters")
 
@@ -113,7 +118,7 @@ def zero3(config: str) -> None:
 def report(work: str) -> None:
     root = Path(work)
     out: dict[str, object] = {"when": time.strftime("%Y-%m-%d %H:%M:%S")}
-    for run in ("out", "recursion", "out-vllm"):
+    for run in ("out", "recursion", "out-vllm", "out-sync", "out-overlap"):
         path = root / run / "metrics.jsonl"
         if not path.is_file():
             out[run] = "no metrics.jsonl" if run != "out-vllm" else "not run (no vLLM)"
@@ -130,6 +135,13 @@ def report(work: str) -> None:
             "checkpoints": sorted(p.name for p in (root / run).glob("checkpoint-*")),
             "final": (root / run / "final" / "model.safetensors").is_file(),
         }
+        steady = steps[1:-1] or steps  # overlap: the first is synchronous, the last starts none
+        if steady and "time/step_s" in steady[0]:
+            out[run]["median_s"] = {  # type: ignore[index]
+                k.split("/")[1]: round(statistics.median(x[k] for x in steady), 3)
+                for k in ("time/step_s", "time/generation_s", "time/workers_wait_s",
+                          "time/training_s", "time/workers_s", "time/workers_hidden")}
+            out[run]["staleness"] = [x.get("podium/staleness") for x in steps]  # type: ignore[index]
     print(json.dumps(out, indent=2))
     (root / "report.json").write_text(json.dumps(out, indent=2))
 

@@ -8,7 +8,8 @@
 #
 # The runs: a tiny Llama (built from a config with the bundled tokenizer) trains 2 GRPO steps
 # on sums with grammar-held rollouts and function workers, checkpointing every step; --resume
-# takes it to step 3; a probe says whether ZeRO-3 partitioned the policy as it loaded (gpu
+# takes it to step 3; 4 steps with a worker 2 s late, synchronous and overlapped ([grpo]
+# overlap; the report has each run's generation, waiting and training a step); a probe says whether ZeRO-3 partitioned the policy as it loaded (gpu
 # only); the recursion fine-tune runs from its final/; where vLLM is installed, 2 steps with
 # grammar-held rollouts by colocated vLLM; `podium ask` reloads final/ and answers.
 # Every figure goes to one log, $OUT/gpu_check.log (else runs/gpu_check/gpu_check.log), and
@@ -113,6 +114,13 @@ trl.__version__, 'accelerate', accelerate.__version__)"
     step train "${launch[@]}" -m podium.cli.main train --config "$WORK/train.toml" || failed=1
     step resume "${launch[@]}" -m podium.cli.main train --config "$WORK/train.toml" \
         --set grpo.max_steps=3 --resume || failed=1
+    # a worker 2 s late, 4 steps waiting for it, then 4 overlapped: the report has each
+    # step's generation, wait and training
+    step late-sync env PODIUM_TEST_LATE_S=2 "${launch[@]}" -m podium.cli.main train \
+        --config "$WORK/late.toml" --set grpo.max_steps=4 --set grpo.save_steps=4 || failed=1
+    step late-overlap env PODIUM_TEST_LATE_S=2 "${launch[@]}" -m podium.cli.main train \
+        --config "$WORK/late.toml" --set grpo.max_steps=4 --set grpo.save_steps=4 \
+        --set grpo.overlap=true --set "output.dir=$WORK/out-overlap" || failed=1
     if [ "$MODE" = gpu ]; then
         step zero3 "${launch[@]}" checks/gpu_check.py zero3 "$WORK/train.toml" || failed=1
     else
