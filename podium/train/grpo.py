@@ -17,7 +17,8 @@ A TRL upgrade must check each of these against the new `trl/trainer/grpo_trainer
   cannot restore ("don't know how to restore data location ... cpu:0"): mapped to `cpu`.
 * `_generate(prompts)`, `_calculate_rewards(...)` and `training_step(...)` are timed: the step
   logs where its time went (`podium.train.overlap.StepTimes`).
-* With `[grpo] overlap` (`podium.train.overlap` has the schedule):
+* With `[grpo] overlap` (`podium.train.overlap` has the schedule; `train` cancels the
+  workflows of batches started ahead when a run stops before their steps):
   `get_batch_samples(epoch_iterator, num_batches, device)` (transformers') reads the data
   loader `max_staleness` updates ahead; `_generate_and_score_completions(inputs)` generates
   and starts the batches ahead (TRL's `_generate`, then the reward function called as
@@ -89,6 +90,12 @@ def grpo_trainer_class() -> type:
             self._replaying: Started | None = None  # the started batch being scored
             self._old_once: Any = None  # what TRL's next old-log-probability forward gives
             self._step_began: float | None = None  # when the step being taken began
+
+        def train(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super().train(*args, **kwargs)
+            finally:  # a run stopped early: the batches started ahead are never trained
+                self.in_flight.clear()
 
         def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
             begin = time.perf_counter()

@@ -141,16 +141,42 @@ def finish(*processes: subprocess.Popen) -> list[str]:
     return outputs
 
 
+def one_process(root: Path, *options: str) -> str:
+    """The one-process job, run here as distributed_step.py runs it (no process to start)."""
+    from distributed_step import FixedRollout, SaveGradients
+    from typer.testing import CliRunner
+
+    import podium.train.trainer as trainer_module
+    from podium.cli.main import app
+
+    build = trainer_module.build
+
+    def fixed(*args, **kwargs):
+        plan = build(*args, **kwargs)
+        if plan.trainer is not None:
+            texts = json.loads((root / "completions.json").read_text())
+            plan.trainer.rollout_func = FixedRollout(texts, plan.trainer.processing_class)
+            plan.trainer.add_callback(SaveGradients(str(root / "one.grads")))
+        return plan
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(trainer_module, "build", fixed)
+        mp.setenv("COLUMNS", "400")
+        result = CliRunner().invoke(app, ["train", "--config", str(config(root, "one")),
+                                          "--debug", *options], catch_exceptions=False)
+    assert result.exit_code == 0, result.output[-6000:]
+    return result.output
+
+
 def launch(root: Path) -> tuple[str, list[str], list[str]]:
-    """Two steps, then a --resume for the third: in one process, and beside it the two-node
-    job."""
-    one = start([sys.executable, *command(root, "one", "--set", "grpo.max_steps=2")], root)
-    first = finish(*two_nodes(root, "--set", "grpo.max_steps=2"))
-    printed = finish(one)[0]
-    one = start([sys.executable, *command(root, "one", "--resume")], root)
-    second = finish(*two_nodes(root, "--resume"))
-    finish(one)
-    return printed, first, second
+    """Two steps, then a --resume for the third: the two-node job, and while it runs, the same
+    in one process."""
+    nodes = two_nodes(root, "--set", "grpo.max_steps=2")
+    one = one_process(root, "--set", "grpo.max_steps=2")
+    first = finish(*nodes)
+    nodes = two_nodes(root, "--resume")
+    one_process(root, "--resume")
+    return one, first, finish(*nodes)
 
 
 def metrics(out: Path) -> list[dict]:

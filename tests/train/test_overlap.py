@@ -2,8 +2,9 @@
 overlapped and synchronously, through `podium train`'s own build.
 
 The maths: the batch the second update trains was generated while the first update had not
-yet been taken, so its importance ratio must be taken against the log-probabilities the
-untrained policy gave it. The test recomputes that update's gradient by hand from the
+yet been taken (the overlapped run keeps two steps' batches in flight, `max_staleness = 2`),
+so its importance ratio must be taken against the log-probabilities the untrained policy
+gave it. The test recomputes that update's gradient by hand from the
 weights before each update and compares it with the trainer's; the same computation with the
 ratio taken against the current policy gives another gradient, which the trainer's must not
 be. The order: both runs train the same questions at the same steps. A kill while a batch's
@@ -75,9 +76,11 @@ def train(root: Path, tokenizer, overlap: bool, config: Path | None = None,
         tiny_llama(tokenizer).save_pretrained(root / "tiny")
         tokenizer.save_pretrained(root / "tiny")
     name = "overlapped" if overlap else "synchronous"
+    # overlapped two updates deep: the batches of steps 2 and 3 are generated at step 1
     config = config or sums_recipe(
         root, 6, model=root / "tiny", out=root / name, name=f"{name}.toml",
-        grpo=GRPO.format(steps=3, save=10, overlap=str(overlap).lower()), run=RUN)
+        grpo=GRPO.format(steps=3, save=10, overlap=str(overlap).lower())
+        + ("\nmax_staleness = 2" if overlap else ""), run=RUN)
     capture, batches = Capture(), {}
     build = trainer_module.build
 
@@ -166,7 +169,7 @@ def test_both_runs_train_the_same_questions_in_the_same_order_one_update_apart(r
                            synchronous[step]["completion_ids"])
     assert "old_per_token_logps" not in synchronous[1]  # TRL's ratio: 1, on-policy
     a, b = steps(out), steps(sync_out)
-    assert [m["podium/staleness"] for m in a] == [0, 1, 1]
+    assert [m["podium/staleness"] for m in a] == [0, 1, 2]  # up to max_staleness old
     assert [m["podium/staleness"] for m in b] == [0, 0, 0]
     for m in a + b:
         assert {"time/step_s", "time/generation_s", "time/workers_wait_s", "time/training_s",
@@ -175,6 +178,15 @@ def test_both_runs_train_the_same_questions_in_the_same_order_one_update_apart(r
         assert m["podium/correct"] == 0.5 and "completions/mean_length" in m
     assert all(m["time/workers_hidden"] == 0 for m in b)  # synchronous: nothing hidden
     assert a[-1]["time/generation_s"] == 0  # nothing is generated for a step past the last
+
+
+def test_overlap_is_refused_for_the_recursion_fine_tune():
+    from podium.errors import ConfigError
+    from podium.train.config import train_config_from_dict
+
+    with pytest.raises(ConfigError, match="set grpo.overlap = false or recursion.fraction = 0"):
+        train_config_from_dict({"data": {"tasks": [{"name": "gym"}]},
+                                "grpo": {"overlap": True}, "recursion": {"fraction": 0.5}})
 
 
 def test_a_kill_with_a_batch_in_flight_then_resume_trains_every_step_once(tmp_path, tokenizer):
@@ -186,11 +198,11 @@ def test_a_kill_with_a_batch_in_flight_then_resume_trains_every_step_once(tmp_pa
     (tmp_path / "completions.json").write_text(json.dumps([RIGHT, WRONG]))
     command = [sys.executable, str(HERE / "distributed_step.py"), str(config),
                str(tmp_path / "completions.json"), str(tmp_path / "grads")]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PODIUM_TEST_LATE_S": "3"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PODIUM_TEST_LATE_S": "2.5"}
     run = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     # checkpoint-2 is written right after step 2 trains; batch 3's workflows started at the
-    # beginning of step 2 and take 3 s, so they are in flight when it is killed
+    # beginning of step 2 and take 2.5 s, so they are in flight when it is killed
     state = out / "checkpoint-2" / "trainer_state.json"
     deadline = time.monotonic() + 300
     while not state.exists() and run.poll() is None and time.monotonic() < deadline:

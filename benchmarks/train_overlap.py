@@ -1,0 +1,257 @@
+"""Training that overlaps its workers (`[grpo] overlap`) against training that waits for them.
+
+**Speed** (`--speed`, the default): configs/train/gym-cpu.toml (the gym's recipe: 3 questions
+x 8 rollouts a step, grammar-held, half the group on drawn plans) with every worker call made
+`L` seconds slow (`slow_specialists.py`, as an API worker is, 64 calls at once), trained for
+`--steps` steps synchronously and overlapped, at three latencies: L = 0; L1, chosen from the
+synchronous L = 0 run so that a batch's workflows take about as long as the policy's own step
+(a plan is at most 2 calls one after the other, so L1 = (generation + training) / 2); and
+3 x L1. For each it reports, as medians over steps 3 to N-1, the whole step's wall time
+(`time/step_s`: generation, waiting on workers, training, optimiser and callbacks), its parts,
+the share spent waiting, and the share of the workflows' time hidden. Steps 1 and 2 are left
+out: the overlapped run's first step generates two batches and starts both, so its second
+step's workflows have run for a whole step (a head start no later step has); the last step
+has no step after it to start. Targets: at L1 the overlapped run takes >= 1.6x as many steps
+an hour; at L = 0 it is at most 5% slower.
+
+**Learning** (`--learning`): experiments/gym_learning.py's run of each id assignment, to 90%
+held-out (evaluated every `--eval-every` steps, stopping after two evaluations at the bar),
+synchronous and overlapped. Target: the overlapped run reaches the bar within 1.25x the steps
+the synchronous run needs, on each assignment. Curves in a PNG beside the JSON.
+
+**The paper's regime, on paper** (always printed): a step of the paper recipe (4 questions x
+64 rollouts, Qwen2.5-7B on 2 GPUs) costs G + W + T synchronous and about max(G + T, W / d)
+overlapped with `max_staleness = d`; G, T and W there are stated assumptions (no GPU figure of
+a 7B run was measured here), and the overlap's own cost (`--speed` at L = 0) is measured.
+
+    .venv/bin/python benchmarks/train_overlap.py [--speed] [--learning] [--steps 6]
+        [--assignments 1 5 7] [--out benchmarks/results/train_overlap.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # slow_specialists
+sys.path.insert(0, str(HERE.parent / "experiments"))
+import gym_learning  # noqa: E402
+
+LATENCY = "PODIUM_BENCH_LATENCY_S"
+PARTS = ("time/step_s", "time/generation_s", "time/workers_wait_s", "time/training_s",
+         "time/workers_s", "time/workers_hidden")
+
+
+def namespace(args: argparse.Namespace, overlap: bool, steps: int) -> argparse.Namespace:
+    return argparse.Namespace(families=list(gym_learning.DEFAULT_FAMILIES), specialists=None,
+                              mode="question", steps=steps, held_out=args.held_out,
+                              minutes=1e9, stop_when_held=2, eval_every=args.eval_every,
+                              bar=0.9, set=[f"grpo.overlap={str(overlap).lower()}",
+                                            f"grpo.max_staleness={args.staleness}"])
+
+
+def slow_pool(folder: Path) -> None:
+    """The pool gym_learning.config wrote in `folder`, its workers the slow specialists, each
+    taking 64 calls at once (as an API does; the default 4 would queue a step's calls)."""
+    pool = folder / "pool.toml"
+    text = pool.read_text().replace("podium.train.gym.specialists:", "slow_specialists:")
+    pool.write_text(text.replace('backend = "function"\n',
+                                 'backend = "function"\nmax_concurrency = 64\n'))
+
+
+def speed_run(overlap: bool, latency: float, args: argparse.Namespace,
+              folder: Path) -> dict[str, Any]:
+    from podium.train.gym import assignment, specialists_for
+    from podium.train.trainer import build
+
+    os.environ[LATENCY] = str(latency)
+    ns = namespace(args, overlap, args.steps)
+    order = tuple(assignment(1, specialists_for(ns.families)))
+    config = gym_learning.config(folder, order, ns)
+    slow_pool(folder)
+    job = build(config)
+    try:
+        job.trainer.train()
+        history = [h for h in job.trainer.state.log_history if "time/step_s" in h]
+    finally:
+        job.close()
+    steady = history[2:-1] or history  # (see the module docstring)
+    out: dict[str, Any] = {"overlap": overlap, "latency_s": latency, "steps": len(history),
+                           "per_step": [{k: h[k] for k in (*PARTS, "podium/staleness")}
+                                        for h in history]}
+    for key in PARTS:
+        out[key.split("/")[1]] = statistics.median(h[key] for h in steady)
+    out["wait_share"] = out["workers_wait_s"] / out["step_s"]
+    return out
+
+
+def line(r: dict[str, Any]) -> str:
+    return (f"  {'overlapped' if r['overlap'] else 'synchronous':<12} {r['step_s']:7.1f} "
+            f"{r['generation_s']:9.1f} {r['workers_wait_s']:7.1f} {r['training_s']:8.1f} "
+            f"{r['workers_s']:8.1f} {100 * r['wait_share']:7.0f}% "
+            f"{100 * r['workers_hidden']:7.0f}%")
+
+
+def speed(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    runs: list[dict[str, Any]] = []
+
+    def pair(latency: float) -> tuple[dict[str, Any], dict[str, Any]]:
+        got = []
+        for overlap in (False, True):
+            print(f"L = {latency:.2f} s, {'overlapped' if overlap else 'synchronous'} ...",
+                  flush=True)
+            got.append(speed_run(overlap, latency, args, folder / f"{latency}-{overlap}"))
+            runs.append(got[-1])
+        return got[0], got[1]
+
+    sync0, _ = pair(0.0)
+    own = sync0["generation_s"] + sync0["training_s"]
+    l1 = round(own / 2, 2)  # a plan: at most 2 calls one after the other
+    pair(l1)
+    pair(round(3 * l1, 2))
+    print(f"\nseconds a step (median of steps 3-{args.steps - 1}); the policy's own step at L = 0: "
+          f"{own:.1f} s, so L1 = {l1:.2f} s a call")
+    print(f"  {'':<12} {'step':>7} {'generate':>9} {'wait':>7} {'train':>8} {'workers':>8} "
+          f"{'waiting':>8} {'hidden':>8}")
+    verdicts = {}
+    for latency in sorted({r["latency_s"] for r in runs}):
+        s, o = (next(r for r in runs if r["latency_s"] == latency and r["overlap"] is v)
+                for v in (False, True))
+        gain = s["step_s"] / o["step_s"]
+        print(f"L = {latency:.2f} s a call: overlapped {gain:.2f}x the steps an hour")
+        print(line(s))
+        print(line(o))
+        verdicts[latency] = gain
+    at_l1, at_0 = verdicts[l1], verdicts[0.0]
+    print(f"target at L1 (workers about the policy's step): >= 1.60x: {at_l1:.2f}x "
+          f"{'PASS' if at_l1 >= 1.6 else 'MISS'}")
+    print(f"target at L = 0: at most 5% slower: {100 * (1 / at_0 - 1):+.1f}% "
+          f"{'PASS' if at_0 >= 1 / 1.05 else 'MISS'}")
+    return {"l1_s": l1, "own_step_s": own, "runs": runs, "gain": verdicts}
+
+
+def learning(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
+    from podium.train.gym import assignment, specialists_for
+
+    os.environ[LATENCY] = "0"
+    results = []
+    for seed in args.assignments:
+        for overlap in (False, True):
+            ns = namespace(args, overlap, args.max_steps)
+            order = tuple(assignment(seed, specialists_for(ns.families)))
+            print(f"ids {', '.join(order)} (seed {seed}), "
+                  f"{'overlapped' if overlap else 'synchronous'}", flush=True)
+            r = gym_learning.run_assignment(order, seed, ns,
+                                            folder / f"learn-{seed}-{overlap}")
+            r["overlap"] = overlap
+            results.append(r)
+            write(args, {"learning": results})
+    print(f"\n{'ids 0, 1, 2':<34} {'synchronous':>12} {'overlapped':>11} {'ratio':>6}")
+    for seed in args.assignments:
+        s, o = (next(r for r in results if r["seed"] == seed and r["overlap"] is v)
+                for v in (False, True))
+        a, b = s["steps_to_bar"], o["steps_to_bar"]
+        ratio = f"{b / a:.2f}" if a and b else "-"
+        ok = a is not None and b is not None and b <= 1.25 * a
+        print(f"{', '.join(s['assignment']):<34} {a if a else '-':>12} {b if b else '-':>11} "
+              f"{ratio:>6} {'PASS' if ok else 'MISS'}")
+    plot(results, args.out.with_suffix(".png"))
+    return results
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for i, r in enumerate(results):
+        ax.plot([c["step"] for c in r["curve"]], [100 * c["accuracy"] for c in r["curve"]],
+                marker="o", ms=3, ls="-" if r["overlap"] else "--", color=f"C{i // 2}",
+                label=f"seed {r['seed']}, {'overlapped' if r['overlap'] else 'synchronous'}")
+    ax.axhline(90, ls="-", c="green", lw=0.6, label="target 90%")
+    ax.set_xlabel("training step (3 questions x 8 rollouts a step)")
+    ax.set_ylabel("held-out accuracy (%)")
+    ax.set_ylim(-2, 102)
+    ax.set_title("gym: synchronous (dashed) and overlapped (solid) training")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# The paper recipe's step (PAPER.md §8: 4 questions x 64 rollouts, completions <= 1,024
+# tokens, Qwen2.5-7B on 2 GPUs). Assumed, not measured here: ~300 completion and ~1,500 prompt
+# tokens a rollout; vLLM decoding 256 sequences at ~25 ms a token on each GPU (so G ~ 300 x
+# 25 ms); training at 40% of 2 H100s' bf16 peak (6 x 7e9 FLOP a token over 256 x 1,800 tokens);
+# a workflow of 3 worker calls one after the other, the slowest of a step's 256 calls taking
+# the stated latency.
+PAPER = {"rollouts": 256, "tokens": 1800, "completion": 300, "decode_s": 0.025,
+         "flops": 6 * 7e9, "peak": 2 * 989e12, "mfu": 0.4, "calls": 3}
+
+
+def paper(overhead: float | None) -> dict[str, Any]:
+    p = PAPER
+    g = p["completion"] * p["decode_s"]
+    t = p["rollouts"] * p["tokens"] * p["flops"] / (p["peak"] * p["mfu"])
+    rows = []
+    print("\nthe paper's step on 2 GPUs, on paper (G, T and W assumed; see PAPER in the script):")
+    print(f"  G (generation) {g:.0f} s, T (training) {t:.0f} s"
+          + (f"; overlap's own cost measured here at L = 0: {100 * overhead:+.1f}%"
+             if overhead is not None else ""))
+    print(f"  {'worker call':>11} {'W':>6} {'synchronous':>12} {'overlap d=1':>12} "
+          f"{'d=2':>6} {'d=4':>6}")
+    for latency in (10, 30, 60, 120):
+        w = p["calls"] * latency
+        sync = g + w + t
+        over = {d: max(g + t, w / d) for d in (1, 2, 4)}
+        rows.append({"latency_s": latency, "W_s": w, "sync_s": sync,
+                     **{f"overlap_d{d}_s": v for d, v in over.items()}})
+        print(f"  {latency:>9} s {w:>5.0f}s {sync:>11.0f}s {over[1]:>11.0f}s "
+              f"{over[2]:>5.0f}s {over[4]:>5.0f}s   ({sync / over[1]:.2f}x, "
+              f"{sync / over[4]:.2f}x)")
+    return {"assumptions": p, "G_s": g, "T_s": t, "rows": rows}
+
+
+def write(args: argparse.Namespace, part: dict[str, Any]) -> None:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    old = json.loads(args.out.read_text()) if args.out.exists() else {}
+    args.out.write_text(json.dumps({**old, **part}, indent=2, default=str))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--speed", action="store_true")
+    parser.add_argument("--learning", action="store_true")
+    parser.add_argument("--steps", type=int, default=6, help="steps of each speed run")
+    parser.add_argument("--staleness", type=int, default=1, help="grpo.max_staleness")
+    parser.add_argument("--assignments", type=int, nargs="+", default=[1, 5, 7])
+    parser.add_argument("--max-steps", type=int, default=40, help="steps of a learning run")
+    parser.add_argument("--eval-every", type=int, default=3)
+    parser.add_argument("--held-out", type=int, default=30)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/train_overlap.json"))
+    args = parser.parse_args()
+    if not args.learning:
+        args.speed = True
+    overhead = None
+    with tempfile.TemporaryDirectory() as scratch:
+        if args.speed:
+            result = speed(args, Path(scratch))
+            write(args, {"speed": result})
+            overhead = 1 / result["gain"][0.0] - 1
+        if args.learning:
+            learning(args, Path(scratch))
+    write(args, {"paper": paper(overhead)})
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
