@@ -1,5 +1,6 @@
 """Helpers the tests share: a free localhost port, the `podium` CLI in a subprocess or in
-this process, an in-thread server, a tiny policy."""
+this process, an in-thread server (and `podium serve`'s app in one, over a pipeline whose
+Conductor is a Python planner), a tiny policy."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -91,6 +95,33 @@ class InThreadServer:
         self.server.should_exit = True
         self.thread.join(timeout)
         self.sock.close()
+
+
+def planned(pool: Any, planner: Callable[[list[dict]], str]) -> Any:
+    """A `Pipeline` over `pool` whose Conductor is `planner` (messages in, a plan out), its
+    workers the pool's own clients."""
+    from podium.config import ModelSpec
+    from podium.llm.function import FunctionClient
+    from podium.llm.registry import build_client
+    from podium.pipeline import Pipeline
+
+    conductor = FunctionClient(ModelSpec(name="conductor", backend="function",
+                                         function="podium.testing.workers:one_step"), planner)
+    return Pipeline(pool, clients=(conductor, [build_client(w) for w in pool.workers]))
+
+
+@contextmanager
+def serving(pipe: Any, traces: Path, key: str, name: str) -> Iterator[str]:
+    """`podium serve`'s app over `pipe` (key `key`, traces in `traces`) in a thread: its base
+    URL."""
+    from podium.serve import ServeConfig, create_app
+
+    running = InThreadServer(create_app(ServeConfig(keys=(key,), trace_dir=traces), pipe),
+                             name=name, log_config=None).started()
+    try:
+        yield running.base
+    finally:
+        running.stop()
 
 
 def _benchmark_data() -> Any:

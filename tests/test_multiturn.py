@@ -13,13 +13,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from support import InThreadServer
+from support import planned, serving
 
-from podium.config import ModelSpec, pool_from_dict
-from podium.llm.function import FunctionClient
-from podium.llm.registry import build_client
+from podium.config import pool_from_dict
 from podium.pipeline import Pipeline, RunResult
-from podium.serve import ServeConfig, create_app
 from podium.serve.conversation import Message, question_of
 from podium.testing import ScriptedServer
 
@@ -43,15 +40,12 @@ class Planner:
 
 
 def _pipeline(scripted: ScriptedServer, planner: Planner) -> Pipeline:
-    pool = pool_from_dict({
+    return planned(pool_from_dict({
         "conductor": {"backend": "function", "function": "podium.testing.workers:one_step"},
         "workers": [{"name": name, "backend": "openai", "model": name,
                      "base_url": scripted.base_url, "backoff_s": 0.01}
                     for name in ("solver", "checker")],
-        "run": {"cache": False}}, "multiturn.toml")
-    conductor = FunctionClient(ModelSpec(name="conductor", backend="function",
-                                         function="podium.testing.workers:one_step"), planner)
-    return Pipeline(pool, clients=(conductor, [build_client(w) for w in pool.workers]))
+        "run": {"cache": False}}, "multiturn.toml"), planner)
 
 
 class Served:
@@ -89,15 +83,10 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory) -> Iterator[Served]:
     planner = Planner()
-    with ScriptedServer(latency=0.0) as scripted:
-        pipe = _pipeline(scripted, planner)
-        config = ServeConfig(keys=(KEY,), trace_dir=tmp_path_factory.mktemp("multiturn"))
-        running = InThreadServer(create_app(config, pipe), name="podium multiturn server",
-                                 log_config=None).started()
-        try:
-            yield Served(scripted, planner, running.base)
-        finally:
-            running.stop()
+    with ScriptedServer(latency=0.0) as scripted, serving(
+            _pipeline(scripted, planner), tmp_path_factory.mktemp("multiturn"), KEY,
+            "podium multiturn server") as base:
+        yield Served(scripted, planner, base)
 
 
 @pytest.fixture(autouse=True)

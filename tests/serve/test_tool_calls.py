@@ -20,13 +20,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from support import InThreadServer
+from support import planned, serving
 
-from podium.config import ModelSpec, pool_from_dict
-from podium.llm.function import FunctionClient
-from podium.llm.registry import build_client
-from podium.pipeline import Pipeline
-from podium.serve import ServeConfig, create_app
+from podium.config import pool_from_dict
 from podium.testing import ScriptedServer
 
 KEY = "sk-podium-tool-calls-test-51e0"
@@ -89,17 +85,9 @@ def served(tmp_path_factory) -> Iterator[Served]:
                          "base_url": scripted.base_url, "backoff_s": 0.01, "tools": tools}
                         for name, tools in WORKERS],
             "run": {"cache": False}}, "tools.toml")
-        conductor = FunctionClient(ModelSpec(name="conductor", backend="function",
-                                             function="podium.testing.workers:one_step"),
-                                   planner)
-        pipe = Pipeline(pool, clients=(conductor, [build_client(w) for w in pool.workers]))
-        config = ServeConfig(keys=(KEY,), trace_dir=tmp_path_factory.mktemp("tool-traces"))
-        running = InThreadServer(create_app(config, pipe), name="podium tool-call server",
-                                 log_config=None).started()
-        try:
-            yield Served(scripted, planner, running.base)
-        finally:
-            running.stop()
+        with serving(planned(pool, planner), tmp_path_factory.mktemp("tool-traces"), KEY,
+                     "podium tool-call server") as base:
+            yield Served(scripted, planner, base)
 
 
 @pytest.fixture(autouse=True)

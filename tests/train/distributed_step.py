@@ -7,6 +7,8 @@ policy's sampling is replaced by a rollout that returns, for rollout j of the st
 over every process: process r's i-th is r x per-process + i), the j-th completion of the JSON
 list COMPLETIONS, so that one process and several see the same batch. The main process saves
 every parameter's gradient just before the first optimizer step to GRADS (torch.save).
+`RIGHT` and `WRONG` are the completions the tests fix: a plan that sends the question to the
+sums pool's adder (worker 1), and one that sends it to the worker that answers 0.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from transformers import TrainerCallback
 
 import podium.train.trainer as trainer_module
 from podium.cli.main import app
+
+RIGHT = '1]\nsubtasks = ["Add the numbers"]\naccess_list = [[]]'
+WRONG = '0]\nsubtasks = ["Answer zero"]\naccess_list = [[]]'
 
 
 class FixedRollout:

@@ -25,6 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
+from distributed_step import RIGHT, WRONG  # noqa: E402
 from support import free_port, tiny_llama  # noqa: E402
 
 from podium.checkpoint import CARD  # noqa: E402
@@ -87,8 +88,6 @@ dir = "{out}"
 transcripts_per_step = 3
 """
 
-RIGHT = '1]\nsubtasks = ["Add the numbers"]\naccess_list = [[]]'
-WRONG = '0]\nsubtasks = ["Answer zero"]\naccess_list = [[]]'
 # rollout j of a step; groups of 4: all right | right, wrong, right, unparseable | right, wrong x3
 COMPLETIONS = [RIGHT] * 4 + [RIGHT, WRONG, RIGHT, "no lists"] + [RIGHT] + [WRONG] * 3
 

@@ -25,7 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from distributed_step import FixedRollout  # noqa: E402
+from distributed_step import RIGHT, WRONG, FixedRollout  # noqa: E402
 from support import tiny_llama  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
@@ -36,8 +36,6 @@ from podium.train.config import load_train_config  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-RIGHT = '1]\nsubtasks = ["Add the numbers"]\naccess_list = [[]]'
-WRONG = '0]\nsubtasks = ["Answer zero"]\naccess_list = [[]]'
 GRPO = """max_steps = {steps}
 questions_per_step = 1
 generations = 4

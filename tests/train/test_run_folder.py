@@ -21,15 +21,12 @@ from typer.testing import CliRunner
 
 pytest.importorskip("trl")
 
-from distributed_step import FixedRollout  # noqa: E402
+from distributed_step import RIGHT, WRONG, FixedRollout  # noqa: E402
 from support import tiny_llama  # noqa: E402
 
 import podium.train.trainer as trainer_module  # noqa: E402
 from podium.cli.main import app  # noqa: E402
 from podium.testing.recipe import sums_recipe  # noqa: E402
-
-RIGHT = '1]\nsubtasks = ["Add the numbers"]\naccess_list = [[]]'
-WRONG = '0]\nsubtasks = ["Answer zero"]\naccess_list = [[]]'
 
 GRPO = """max_steps = 2
 questions_per_step = 1
