@@ -26,6 +26,7 @@ a 7B run was measured here), and the overlap's own cost (`--speed` at L = 0) is 
 
     .venv/bin/python benchmarks/train_overlap.py [--speed] [--learning] [--steps 6]
         [--assignments 1 5 7] [--out benchmarks/results/train_overlap.json]
+    .venv/bin/python benchmarks/train_overlap.py --report benchmarks/results/train_overlap.json
 """
 
 from __future__ import annotations
@@ -82,59 +83,69 @@ def speed_run(overlap: bool, latency: float, args: argparse.Namespace,
         history = [h for h in job.trainer.state.log_history if "time/step_s" in h]
     finally:
         job.close()
-    steady = history[2:-1] or history  # (see the module docstring)
-    out: dict[str, Any] = {"overlap": overlap, "latency_s": latency, "steps": len(history),
-                           "per_step": [{k: h[k] for k in (*PARTS, "podium/staleness")}
-                                        for h in history]}
-    for key in PARTS:
-        out[key.split("/")[1]] = statistics.median(h[key] for h in steady)
+    return {"overlap": overlap, "latency_s": latency, "steps": len(history),
+            "per_step": [{k: h[k] for k in (*PARTS, "podium/staleness")} for h in history]}
+
+
+def summary(run: dict[str, Any]) -> dict[str, float]:
+    """A run's medians over steps 3 to N-1 (see the module docstring)."""
+    steady = run["per_step"][2:-1] or run["per_step"]
+    out = {key.split("/")[1]: statistics.median(h[key] for h in steady) for key in PARTS}
     out["wait_share"] = out["workers_wait_s"] / out["step_s"]
     return out
 
 
-def line(r: dict[str, Any]) -> str:
-    return (f"  {'overlapped' if r['overlap'] else 'synchronous':<12} {r['step_s']:7.1f} "
+def line(overlap: bool, r: dict[str, float]) -> str:
+    return (f"  {'overlapped' if overlap else 'synchronous':<12} {r['step_s']:7.1f} "
             f"{r['generation_s']:9.1f} {r['workers_wait_s']:7.1f} {r['training_s']:8.1f} "
             f"{r['workers_s']:8.1f} {100 * r['wait_share']:7.0f}% "
             f"{100 * r['workers_hidden']:7.0f}%")
 
 
-def speed(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+def own_step(runs: list[dict[str, Any]]) -> float:
+    """The policy's own step (generation and training) of the synchronous L = 0 run."""
+    r = summary(next(r for r in runs if r["latency_s"] == 0 and not r["overlap"]))
+    return r["generation_s"] + r["training_s"]
+
+
+def speed(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
     runs: list[dict[str, Any]] = []
 
-    def pair(latency: float) -> tuple[dict[str, Any], dict[str, Any]]:
-        got = []
+    def pair(latency: float) -> None:
         for overlap in (False, True):
             print(f"L = {latency:.2f} s, {'overlapped' if overlap else 'synchronous'} ...",
                   flush=True)
-            got.append(speed_run(overlap, latency, args, folder / f"{latency}-{overlap}"))
-            runs.append(got[-1])
-        return got[0], got[1]
+            runs.append(speed_run(overlap, latency, args, folder / f"{latency}-{overlap}"))
 
-    sync0, _ = pair(0.0)
-    own = sync0["generation_s"] + sync0["training_s"]
-    l1 = round(own / 2, 2)  # a plan: at most 2 calls one after the other
+    pair(0.0)
+    l1 = round(own_step(runs) / 2, 2)  # a plan: at most 2 calls one after the other
     pair(l1)
     pair(round(3 * l1, 2))
-    print(f"\nseconds a step (median of steps 3-{args.steps - 1}); the policy's own step at L = 0: "
-          f"{own:.1f} s, so L1 = {l1:.2f} s a call")
+    return runs
+
+
+def report(runs: list[dict[str, Any]]) -> dict[float, float]:
+    """Print the runs side by side and the targets; each latency's gain."""
+    latencies = sorted({r["latency_s"] for r in runs})
+    steps = max(r["steps"] for r in runs)
+    print(f"\nseconds a step (median of steps 3-{steps - 1}); the policy's own step at L = 0: "
+          f"{own_step(runs):.1f} s; L1 = {latencies[1]:.2f} s a call")
     print(f"  {'':<12} {'step':>7} {'generate':>9} {'wait':>7} {'train':>8} {'workers':>8} "
           f"{'waiting':>8} {'hidden':>8}")
-    verdicts = {}
-    for latency in sorted({r["latency_s"] for r in runs}):
-        s, o = (next(r for r in runs if r["latency_s"] == latency and r["overlap"] is v)
+    gains = {}
+    for latency in latencies:
+        s, o = (summary(next(r for r in runs if r["latency_s"] == latency and r["overlap"] is v))
                 for v in (False, True))
-        gain = s["step_s"] / o["step_s"]
-        print(f"L = {latency:.2f} s a call: overlapped {gain:.2f}x the steps an hour")
-        print(line(s))
-        print(line(o))
-        verdicts[latency] = gain
-    at_l1, at_0 = verdicts[l1], verdicts[0.0]
+        gains[latency] = s["step_s"] / o["step_s"]
+        print(f"L = {latency:.2f} s a call: overlapped {gains[latency]:.2f}x the steps an hour")
+        print(line(False, s))
+        print(line(True, o))
+    at_l1, at_0 = gains[latencies[1]], gains[0.0]
     print(f"target at L1 (workers about the policy's step): >= 1.60x: {at_l1:.2f}x "
           f"{'PASS' if at_l1 >= 1.6 else 'MISS'}")
     print(f"target at L = 0: at most 5% slower: {100 * (1 / at_0 - 1):+.1f}% "
           f"{'PASS' if at_0 >= 1 / 1.05 else 'MISS'}")
-    return {"l1_s": l1, "own_step_s": own, "runs": runs, "gain": verdicts}
+    return gains
 
 
 def learning(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
@@ -162,30 +173,9 @@ def learning(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
         ok = a is not None and b is not None and b <= 1.25 * a
         print(f"{', '.join(s['assignment']):<34} {a if a else '-':>12} {b if b else '-':>11} "
               f"{ratio:>6} {'PASS' if ok else 'MISS'}")
-    plot(results, args.out.with_suffix(".png"))
+    gym_learning.plot(results, args.out.with_suffix(".png"), label=lambda r: (
+        f"seed {r['seed']}, {'overlapped' if r['overlap'] else 'synchronous'}"))
     return results
-
-
-def plot(results: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for i, r in enumerate(results):
-        ax.plot([c["step"] for c in r["curve"]], [100 * c["accuracy"] for c in r["curve"]],
-                marker="o", ms=3, ls="-" if r["overlap"] else "--", color=f"C{i // 2}",
-                label=f"seed {r['seed']}, {'overlapped' if r['overlap'] else 'synchronous'}")
-    ax.axhline(90, ls="-", c="green", lw=0.6, label="target 90%")
-    ax.set_xlabel("training step (3 questions x 8 rollouts a step)")
-    ax.set_ylabel("held-out accuracy (%)")
-    ax.set_ylim(-2, 102)
-    ax.set_title("gym: synchronous (dashed) and overlapped (solid) training")
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 # The paper recipe's step (PAPER.md §8: 4 questions x 64 rollouts, completions <= 1,024
@@ -238,15 +228,21 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=3)
     parser.add_argument("--held-out", type=int, default=30)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/train_overlap.json"))
+    parser.add_argument("--report", type=Path, metavar="JSON",
+                        help="report the speed runs this script saved in JSON; run nothing")
     args = parser.parse_args()
+    if args.report:
+        gains = report(json.loads(args.report.read_text())["speed"]["runs"])
+        paper(1 / gains[0.0] - 1)
+        return
     if not args.learning:
         args.speed = True
     overhead = None
     with tempfile.TemporaryDirectory() as scratch:
         if args.speed:
-            result = speed(args, Path(scratch))
-            write(args, {"speed": result})
-            overhead = 1 / result["gain"][0.0] - 1
+            runs = speed(args, Path(scratch))
+            write(args, {"speed": {"runs": runs}})
+            overhead = 1 / report(runs)[0.0] - 1
         if args.learning:
             learning(args, Path(scratch))
     write(args, {"paper": paper(overhead)})

@@ -38,6 +38,7 @@ import random
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -228,7 +229,10 @@ def run_assignment(order: tuple[str, ...], seed: int | None, args: argparse.Name
             "train_min": clock["train_s"] / 60, "eval_min": clock.get("eval_s", 0.0) / 60}
 
 
-def plot(results: list[dict[str, Any]], path: Path, bar: float = 0.9) -> None:
+def plot(results: list[dict[str, Any]], path: Path, bar: float = 0.9,
+         label: Callable[[dict[str, Any]], str] | None = None) -> None:
+    """Each result's curve (named by `label`, default its assignment), with the baselines of
+    the first and the bar."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -237,7 +241,8 @@ def plot(results: list[dict[str, Any]], path: Path, bar: float = 0.9) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for r in results:
         ax.plot([c["step"] for c in r["curve"]], [100 * c["accuracy"] for c in r["curve"]],
-                marker="o", ms=3, label="ids 0, 1, 2: " + ", ".join(r["assignment"]))
+                marker="o", ms=3, label=label(r) if label else
+                "ids 0, 1, 2: " + ", ".join(r["assignment"]))
     b = results[0]["baselines"]
     ax.axhline(100 * b["best_single"], ls="--", c="grey", label="best single worker")
     ax.axhline(100 * b["random_routing"], ls=":", c="grey", label="random routing")
