@@ -50,7 +50,7 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from podium.train.metrics import StepRecorder
 from podium.train.overlap import (
@@ -167,9 +167,7 @@ def grpo_trainer_class() -> type:
             generated = GRPOTrainer._generate(self, prompts)
             logged = new_entries(self._metrics["train"], before)
             prompt_ids, completion_ids, _, completions, _, extra, _, _ = generated
-            recorded = extra.pop(LOGPROBS, None)
-            old = recorded if recorded is not None else self._logps_now(prompt_ids,
-                                                                          completion_ids)
+            old = self._generating_logps(prompt_ids, completion_ids, extra.pop(LOGPROBS, None))
             self.times.generation += time.perf_counter() - begin
             rows = [dict(x) for x in batch]  # the reward's columns, as _calculate_rewards makes
             for key, values in extra.items():
@@ -183,6 +181,28 @@ def grpo_trainer_class() -> type:
                        trainer_state=self.state, step=step, **columns), self.async_loop)
             return Started(rows_of(batch), step, self.state.global_step, generated, logged,
                            old, future)
+
+        def _generating_logps(self, prompt_ids: list[list[int]],
+                              completion_ids: list[list[int]],
+                              recorded: list[list[float] | None] | None) -> list[list[float]]:
+            """Each row's log-probabilities under the policy that generated the batch: those
+            recorded while sampling, and a forward pass now for the rest (rows written, not
+            sampled). Every process of a job makes that forward, over all its rows, when any
+            process needs it (under ZeRO-3 a forward takes every process)."""
+            have = recorded if recorded is not None else [None] * len(completion_ids)
+            missing = [i for i, r in enumerate(have) if r is None]
+            if self.accelerator.num_processes > 1:
+                count = torch.tensor([len(missing)], device=self.accelerator.device)
+                if int(self.accelerator.gather(count).sum()):
+                    missing = list(range(len(completion_ids)))
+            if missing:
+                now = self._logps_now([prompt_ids[i] for i in missing],
+                                      [completion_ids[i] for i in missing])
+                have = list(have)
+                for i, logps in zip(missing, now, strict=True):
+                    have[i] = have[i] if have[i] is not None else logps
+            assert all(r is not None for r in have)
+            return cast(list[list[float]], have)
 
         def _logps_now(self, prompt_ids: list[list[int]],
                        completion_ids: list[list[int]]) -> list[list[float]]:

@@ -178,6 +178,36 @@ def test_both_runs_train_the_same_questions_in_the_same_order_one_update_apart(r
     assert a[-1]["time/generation_s"] == 0  # nothing is generated for a step past the last
 
 
+def test_only_the_rows_generation_did_not_record_take_a_forward_pass(tmp_path, tokenizer):
+    """A batch's sampled rows keep the log-probabilities recorded while sampling; its written
+    rows (explored plans, text a grammar fixes) alone get them from a forward pass, the policy's
+    own."""
+    tiny_llama(tokenizer).save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    config = sums_recipe(tmp_path, 6, model=tmp_path / "tiny", out=tmp_path / "out",
+                         grpo=GRPO.format(steps=1, save=10, overlap="true"), run=RUN)
+    job = trainer_module.build(load_train_config(config))
+    try:
+        trainer = job.trainer
+        prompt = tokenizer("What is 2 + 5?")["input_ids"]
+        completions = [tokenizer(text)["input_ids"] for text in (RIGHT, WRONG, RIGHT)]
+        recorded = [[-1.0] * len(completions[0]), None, [-2.0] * len(completions[2])]
+        forwarded = []
+        forward = trainer._logps_now
+        trainer._logps_now = lambda p, c: forwarded.append(c) or forward(p, c)
+        old = trainer._generating_logps([prompt] * 3, completions, recorded)
+        assert (old[0], old[2]) == (recorded[0], recorded[2])  # kept as recorded
+        assert forwarded == [[completions[1]]]  # one forward pass, of the written row
+        ids = torch.tensor([prompt + completions[1]])
+        with torch.no_grad():
+            logits = trainer.model(input_ids=ids).logits[0, len(prompt) - 1:-1]
+        expected = torch.log_softmax(logits / trainer.temperature, -1).gather(
+            -1, ids[0, len(prompt):].unsqueeze(-1)).squeeze(-1)
+        torch.testing.assert_close(torch.tensor(old[1]), expected, rtol=1e-4, atol=1e-5)
+    finally:
+        job.close()
+
+
 def test_overlap_is_refused_for_the_recursion_fine_tune():
     from podium.errors import ConfigError
     from podium.train.config import train_config_from_dict

@@ -114,11 +114,12 @@ class ConstrainedRollout:
             made, sampled_logprobs = sample(trl, [ids[i] for i in sampled], self.grammars,
                                             specs)
             generated = dict(zip(sampled, made, strict=True))
-            if sampled_logprobs is not None and len(sampled) == len(prompts):
+            if sampled_logprobs is not None:
                 if trl.uses_vllm:  # vLLM's: only TRL's importance-sampling correction reads them
-                    logprobs = sampled_logprobs
+                    logprobs = sampled_logprobs if len(sampled) == len(prompts) else None
                 else:  # the policy's own, recorded by transformers: what overlap's ratio needs
-                    policy = sampled_logprobs
+                    recorded = dict(zip(sampled, sampled_logprobs, strict=True))
+                    policy = [recorded.get(i) for i in range(len(prompts))]
         completions = [c if c is not None else generated[i] for i, c in enumerate(written)]
         return Rollouts(
             ids, completions, logprobs,

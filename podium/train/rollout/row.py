@@ -79,15 +79,16 @@ class Rollouts:
     (`info`), the loss weights of each token (`env_mask`, `podium.train.credit`; None: every
     token weighs 1), and the policy's own log-probability of each token as it generated them
     (`policy_logprobs`: log softmax of logits / temperature, before a grammar's mask, recorded
-    by transformers' generation; None where not recorded), which `[grpo] overlap` takes the
-    importance ratio against (`podium.train.overlap`)."""
+    by transformers' generation; None where not recorded, and None for a row that was written,
+    not sampled), which `[grpo] overlap` takes the importance ratio against
+    (`podium.train.overlap`)."""
 
     prompt_ids: list[list[int]]
     completion_ids: list[list[int]]
     logprobs: list[Any] | None = None
     info: list[RolloutInfo] | None = None
     env_mask: list[list[float]] | None = field(default=None)
-    policy_logprobs: list[list[float]] | None = None
+    policy_logprobs: list[list[float] | None] | None = None
 
     def to_trl(self) -> dict[str, Any]:
         """TRL's rollout dictionary (`rollout_func`'s return value)."""
