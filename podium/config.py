@@ -137,6 +137,10 @@ class ModelSpec(_Frozen):
         "SDK's AsyncOpenAI).")
     n_ctx: int = Field(4096, ge=256, le=MAX_COUNT,
                        description="Context window of an embedded model.")
+    n_threads: int | None = Field(None, ge=1, le=1024, description="CPU threads of an "
+                                  "embedded model (to generate and to read a prompt); default: "
+                                  "$OMP_NUM_THREADS where set, else llama.cpp's own (half the "
+                                  "cores to generate, all of them to read a prompt).")
     description: str = Field("", description="Shown to the Conductor only with "
                              "pool_display='descriptions'.")
     price: Price | None = None

