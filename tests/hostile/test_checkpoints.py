@@ -124,6 +124,11 @@ def test_a_gguf_without_its_card_is_refused_unless_asked_for(tmp_path, pool):
     proc = ask(pool, moved)
     assert_clean_error(proc, 2, "has no card", "conductor.podium-conductor.json",
                        "--allow-pool-mismatch")
-    proc = ask(pool, moved, "--allow-pool-mismatch")  # run anyway: the pool's own settings
+    # run anyway, with the pool's own settings: its Conductor's 32 tokens (unheld, the bundled
+    # model rambles for hundreds)
+    pool.write_text(POOL.replace('function = "podium.testing.workers:one_step"\n',
+                                 'function = "podium.testing.workers:one_step"\n'
+                                 'max_tokens = 32\n', 1))
+    proc = ask(pool, moved, "--allow-pool-mismatch")
     assert proc.returncode in (0, 1), proc.stderr.decode()
     assert json.loads(proc.stdout)["conductor"][0]["completion"]
