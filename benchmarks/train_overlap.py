@@ -6,7 +6,8 @@ x 8 rollouts a step, grammar-held, half the group on drawn plans) with every wor
 `--steps` steps synchronously and overlapped, at three latencies: L = 0; L1, chosen from the
 synchronous L = 0 run so that a batch's workflows take about as long as the policy's own step
 (a plan is at most 2 calls one after the other, so L1 = (generation + training) / 2); and
-3 x L1. For each it reports, as medians over steps 3 to N-1, the whole step's wall time
+3 x L1. For each it reports, as means over steps 3 to N-1 (so that steps an hour is 3600 over
+the mean; an overlapped run's steps alternate long and short), the whole step's wall time
 (`time/step_s`: generation, waiting on workers, training, optimiser and callbacks), its parts,
 the share spent waiting, and the share of the workflows' time hidden. Steps 1 and 2 are left
 out: the overlapped run's first step generates two batches and starts both, so its second
@@ -25,7 +26,7 @@ overlapped with `max_staleness = d`; G, T and W there are stated assumptions (no
 a 7B run was measured here), and the overlap's own cost (`--speed` at L = 0) is measured.
 
     .venv/bin/python benchmarks/train_overlap.py [--speed] [--learning] [--steps 6]
-        [--assignments 1 5 7] [--out benchmarks/results/train_overlap.json]
+        [--latencies 1 3] [--assignments 1 5 7] [--out benchmarks/results/train_overlap.json]
     .venv/bin/python benchmarks/train_overlap.py --report benchmarks/results/train_overlap.json
 """
 
@@ -88,9 +89,9 @@ def speed_run(overlap: bool, latency: float, args: argparse.Namespace,
 
 
 def summary(run: dict[str, Any]) -> dict[str, float]:
-    """A run's medians over steps 3 to N-1 (see the module docstring)."""
+    """A run's means over steps 3 to N-1 (see the module docstring)."""
     steady = run["per_step"][2:-1] or run["per_step"]
-    out = {key.split("/")[1]: statistics.median(h[key] for h in steady) for key in PARTS}
+    out = {key.split("/")[1]: statistics.fmean(h[key] for h in steady) for key in PARTS}
     out["wait_share"] = out["workers_wait_s"] / out["step_s"]
     return out
 
@@ -119,8 +120,8 @@ def speed(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
 
     pair(0.0)
     l1 = round(own_step(runs) / 2, 2)  # a plan: at most 2 calls one after the other
-    pair(l1)
-    pair(round(3 * l1, 2))
+    for times in args.latencies:
+        pair(round(times * l1, 2))
     return runs
 
 
@@ -128,7 +129,7 @@ def report(runs: list[dict[str, Any]]) -> dict[float, float]:
     """Print the runs side by side and the targets; each latency's gain."""
     latencies = sorted({r["latency_s"] for r in runs})
     steps = max(r["steps"] for r in runs)
-    print(f"\nseconds a step (median of steps 3-{steps - 1}); the policy's own step at L = 0: "
+    print(f"\nseconds a step (mean of steps 3-{steps - 1}); the policy's own step at L = 0: "
           f"{own_step(runs):.1f} s; L1 = {latencies[1]:.2f} s a call")
     print(f"  {'':<12} {'step':>7} {'generate':>9} {'wait':>7} {'train':>8} {'workers':>8} "
           f"{'waiting':>8} {'hidden':>8}")
@@ -223,6 +224,8 @@ def main() -> None:
     parser.add_argument("--learning", action="store_true")
     parser.add_argument("--steps", type=int, default=6, help="steps of each speed run")
     parser.add_argument("--staleness", type=int, default=1, help="grpo.max_staleness")
+    parser.add_argument("--latencies", type=float, nargs="+", default=[1, 3], metavar="X",
+                        help="latencies after L = 0, as multiples of L1")
     parser.add_argument("--assignments", type=int, nargs="+", default=[1, 5, 7])
     parser.add_argument("--max-steps", type=int, default=40, help="steps of a learning run")
     parser.add_argument("--eval-every", type=int, default=3)
