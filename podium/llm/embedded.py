@@ -92,11 +92,9 @@ class _Loaded:
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
         except ImportError:
             raise ConfigError(f"llama-cpp-python is not installed. {INSTALL_HINT}") from None
-        if n_threads is None:  # llama.cpp's own counts
-            self.llm = Llama(model_path=str(path), n_ctx=n_ctx, verbose=False)
-        else:
-            self.llm = Llama(model_path=str(path), n_ctx=n_ctx, verbose=False,
-                             n_threads=n_threads, n_threads_batch=n_threads)
+        # (None: llama.cpp's own counts)
+        self.llm = Llama(model_path=str(path), n_ctx=n_ctx, verbose=False,
+                         n_threads=n_threads, n_threads_batch=n_threads)
         meta = self.llm.metadata
         template = meta.get("tokenizer.chat_template")
         if not template:
@@ -122,9 +120,9 @@ class _Loaded:
         return {"grammar": LlamaGrammar.from_string(grammar, verbose=False)}, None
 
 
-# Every loaded model of the process, by (resolved path, n_ctx, threads), and the lock that every load
-# holds: llama.cpp swaps the process's stdout/stderr file descriptors while it loads, so no
-# two loads may overlap (see the module docstring).
+# Every loaded model of the process, by (resolved path, n_ctx, threads), and the lock that
+# every load holds: llama.cpp swaps the process's stdout/stderr file descriptors while it
+# loads, so no two loads may overlap (see the module docstring).
 _MODELS: dict[tuple[str, int, int | None], _Loaded] = {}
 _LOAD_LOCK = threading.Lock()
 

@@ -50,7 +50,7 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from podium.train.metrics import StepRecorder
 from podium.train.overlap import (
@@ -195,14 +195,12 @@ def grpo_trainer_class() -> type:
                 count = torch.tensor([len(missing)], device=self.accelerator.device)
                 if int(self.accelerator.gather(count).sum()):
                     missing = list(range(len(completion_ids)))
+            now = {}
             if missing:
-                now = self._logps_now([prompt_ids[i] for i in missing],
-                                      [completion_ids[i] for i in missing])
-                have = list(have)
-                for i, logps in zip(missing, now, strict=True):
-                    have[i] = have[i] if have[i] is not None else logps
-            assert all(r is not None for r in have)
-            return cast(list[list[float]], have)
+                now = dict(zip(missing, self._logps_now([prompt_ids[i] for i in missing],
+                                                        [completion_ids[i] for i in missing]),
+                               strict=True))
+            return [r if r is not None else now[i] for i, r in enumerate(have)]
 
         def _logps_now(self, prompt_ids: list[list[int]],
                        completion_ids: list[list[int]]) -> list[list[float]]:
