@@ -56,7 +56,8 @@ def namespace(args: argparse.Namespace, overlap: bool, steps: int) -> argparse.N
                               mode="question", steps=steps, held_out=args.held_out,
                               minutes=1e9, stop_when_held=2, eval_every=args.eval_every,
                               bar=0.9, set=[f"grpo.overlap={str(overlap).lower()}",
-                                            f"grpo.max_staleness={args.staleness}"])
+                                            f"grpo.max_staleness={args.staleness}",
+                                            *args.set])
 
 
 def slow_pool(folder: Path) -> None:
@@ -155,7 +156,8 @@ def learning(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
     os.environ[LATENCY] = "0"
     results = []
     for seed in args.assignments:
-        for overlap in (False, True):
+        for overlap in (False, True)[args.modes == "overlapped":
+                                     2 if args.modes != "synchronous" else 1]:
             ns = namespace(args, overlap, args.max_steps)
             order = tuple(assignment(seed, specialists_for(ns.families)))
             print(f"ids {', '.join(order)} (seed {seed}), "
@@ -167,8 +169,8 @@ def learning(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
             write(args, {"learning": results})
     print(f"\n{'ids 0, 1, 2':<34} {'synchronous':>12} {'overlapped':>11} {'ratio':>6}")
     for seed in args.assignments:
-        s, o = (next(r for r in results if r["seed"] == seed and r["overlap"] is v)
-                for v in (False, True))
+        s, o = (next((r for r in results if r["seed"] == seed and r["overlap"] is v),
+                     {"steps_to_bar": None, "assignment": [str(seed)]}) for v in (False, True))
         a, b = s["steps_to_bar"], o["steps_to_bar"]
         ratio = f"{b / a:.2f}" if a and b else "-"
         ok = a is not None and b is not None and b <= 1.25 * a
@@ -230,6 +232,10 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=40, help="steps of a learning run")
     parser.add_argument("--eval-every", type=int, default=3)
     parser.add_argument("--held-out", type=int, default=30)
+    parser.add_argument("--modes", choices=("both", "synchronous", "overlapped"),
+                        default="both", help="which learning runs to make")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a training setting of every run (podium train's --set)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/train_overlap.json"))
     parser.add_argument("--report", type=Path, metavar="JSON",
                         help="report the speed runs this script saved in JSON; run nothing")

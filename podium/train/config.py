@@ -245,12 +245,21 @@ class GRPOSection(_Section):
         "for none.")
     overlap: bool = Field(False, description="Run the workflows of the next step's rollouts "
                           "while this step trains (podium.train.overlap): the policy trains on "
-                          "rollouts generated max_staleness updates earlier, its importance "
-                          "ratio taken against the generating policy. Off: each step waits "
-                          "for its own workflows (the paper).")
+                          "rollouts generated max_staleness updates earlier, weighed by the "
+                          "generating policy's log-probabilities (overlap_loss). Off: each "
+                          "step waits for its own workflows (the paper).")
     max_staleness: int = Field(1, ge=1, le=MAX_STALENESS, description="With overlap, how many "
                                "updates old a trained rollout may be: the steps generated "
                                "ahead of the one training.")
+    overlap_loss: Literal["decoupled", "clipped"] = Field(
+        "decoupled", description="With overlap, how a stale rollout is weighed: 'decoupled' "
+        "(AReaL's): the ratio clipped around the policy the update starts from, each token "
+        "times min(that policy's probability / the generating policy's, "
+        "overlap_weight_cap); 'clipped': the ratio taken against the generating policy and "
+        "clipped by epsilon.")
+    overlap_weight_cap: float = Field(3.0, gt=0, description="With overlap_loss = "
+                                      "'decoupled', the most one token's importance weight "
+                                      "may be.")
 
 
 class RolloutSection(_Section):

@@ -26,7 +26,12 @@ A TRL upgrade must check each of these against the new `trl/trainer/grpo_trainer
   for the step's batch with `_generate` answering the stored generation (and its logged
   `_metrics` entries), `_calculate_rewards` the stored future, and the first
   `_get_per_token_logps_and_entropies` call (TRL's "old" log-probabilities) the generating
-  policy's; the output's `old_per_token_logps` are those. TRL's `pad`,
+  policy's; with `overlap_loss = "clipped"` the output's `old_per_token_logps` are those,
+  with "decoupled" (the default) TRL's own stay and the generating policy's go into the
+  output under `zero_advantage.GENERATING`, where `_compute_loss` (through `_trl_loss`) finds
+  them: its call of `_get_per_token_logps_and_entropies` multiplies each token's advantage by
+  min(pi_old / pi_generating, cap) before TRL's loss reads `advantages` (a (B, T) tensor,
+  which TRL's loss accepts), and logs the weights. TRL's `pad`,
   `trl.models.utils.disable_gradient_checkpointing`, `pad_to_multiple_of`, `_step`,
   `reward_funcs` and `state.max_steps` are read for it.
 * `create_model_card(...)`: TRL writes its card (README.md) into the run folder at every
@@ -63,7 +68,7 @@ from podium.train.overlap import (
     rows_of,
 )
 from podium.train.rollout.row import LOGPROBS
-from podium.train.zero_advantage import active_rows, cuttable, take_rows
+from podium.train.zero_advantage import GENERATING, active_rows, cuttable, take_rows
 
 T = TypeVar("T")
 
@@ -81,10 +86,12 @@ def grpo_trainer_class() -> type:
 
     class PodiumGRPOTrainer(GRPOTrainer):
         def __init__(self, *args: Any, step_log: StepRecorder, overlap: int = 0,
-                     **kwargs: Any) -> None:
+                     decoupled_cap: float | None = None, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.step_log = step_log
             self.lookahead = Lookahead(overlap) if overlap else None
+            self.decoupled_cap = decoupled_cap
+            self._weighing: dict[str, Any] | None = None  # the loss's inputs, to weigh
             self.in_flight = InFlight()
             self.times = StepTimes()
             self._replaying: Started | None = None  # the started batch being scored
@@ -146,16 +153,20 @@ def grpo_trainer_class() -> type:
             old = pad([torch.tensor(x, dtype=torch.float32) for x in started.old_logps],
                       padding_value=0, padding_side="right",
                       pad_to_multiple_of=t.pad_to_multiple_of).to(self.accelerator.device)
+            vllm_weighs = self.use_vllm and self.vllm_importance_sampling_correction
+            clipped = self.decoupled_cap is None
             every = t.args.steps_per_generation * self.num_iterations
-            if self.args.gradient_accumulation_steps % every != 0 or (
-                    self.use_vllm and self.vllm_importance_sampling_correction):
+            if clipped and (self.args.gradient_accumulation_steps % every != 0 or vllm_weighs):
                 self._old_once = old  # TRL takes its old log-probabilities from a forward
             self._replaying = started
             try:
                 output = super()._generate_and_score_completions(inputs)
             finally:
                 self._replaying, self._old_once = None, None
-            output["old_per_token_logps"] = old
+            if clipped:
+                output["old_per_token_logps"] = old
+            elif not vllm_weighs:  # (TRL's own weight is then against vLLM's generating ones)
+                output[GENERATING] = old
             return output
 
         def _start(self, batch: Batch, step: int) -> Started:
@@ -230,23 +241,57 @@ def grpo_trainer_class() -> type:
             if self._old_once is not None:  # TRL's old log-probabilities: the generating policy's
                 old, self._old_once = self._old_once, None
                 return old, None, None
-            return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            if self._weighing is not None:  # the loss's own forward: weigh its advantages
+                inputs, self._weighing = self._weighing, None
+                self._weigh(inputs, out[0].detach())
+            return out
+
+        def _weigh(self, inputs: dict[str, Any], current: Any) -> None:
+            """The decoupled loss: each token's advantage times the truncated importance
+            weight min(pi_old / pi_generating, cap), where pi_old is the policy the update
+            starts from (TRL's old log-probabilities, or the current ones when TRL takes
+            none), so that TRL's ratio and clip are taken around pi_old."""
+            cap = self.decoupled_cap
+            assert cap is not None  # (set when the trainer hands on GENERATING)
+            proximal = inputs.get("old_per_token_logps")
+            proximal = current if proximal is None else proximal
+            weight = torch.exp(proximal - inputs.pop(GENERATING)).clamp(max=cap)
+            inputs["advantages"] = inputs["advantages"].reshape(-1, 1) * weight
+            mask = inputs["completion_mask"].bool()
+            mode = "train" if self.model is not None and self.model.training else "eval"
+            kept = weight[mask]
+            self._metrics[mode]["podium/stale_weight_mean"].append(
+                self.accelerator.gather(kept.mean().reshape(1)).nanmean().item())
+            self._metrics[mode]["podium/stale_weight_capped"].append(
+                self.accelerator.gather((kept >= cap).float().mean()
+                                        .reshape(1)).nanmean().item())
+
+        def _trl_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+            """TRL's loss of `inputs`, weighed first when they carry the generating policy's
+            log-probabilities (`_weigh`)."""
+            if GENERATING in inputs:
+                self._weighing = inputs = dict(inputs)
+            try:
+                return super()._compute_loss(model, inputs)
+            finally:
+                self._weighing = None
 
         def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
             exact = (self.beta == 0.0 and not getattr(self, "_entropy_bonus_enabled", True)
                      and not self.aux_loss_enabled and cuttable(inputs))
             if not exact:
-                return super()._compute_loss(model, inputs)
+                return self._trl_loss(model, inputs)
             rows = int((inputs["advantages"] != 0).sum())
             if self.accelerator.num_processes > 1:  # every process cuts to the same count
                 count = inputs["advantages"].new_tensor([rows], dtype=torch.long)
                 rows = int(self.accelerator.gather(count).max())
             cut = active_rows(inputs, self.loss_type, rows)
             if cut is None:
-                return super()._compute_loss(model, inputs)
+                return self._trl_loss(model, inputs)
             kept, scale = cut
             if kept is not None:
-                return super()._compute_loss(model, kept) * scale
+                return self._trl_loss(model, kept) * scale
             # nothing to learn anywhere: one row's loss times 0 keeps backward (and any
             # data-parallel wrapper's hooks) as usual; the metrics it logs are taken back
             first = inputs["advantages"].new_zeros(len(inputs["advantages"]), dtype=bool)
@@ -254,7 +299,7 @@ def grpo_trainer_class() -> type:
             assert self.model is not None  # (a trainer that computes a loss has its model)
             mode = "train" if self.model.training else "eval"
             logged = {k: len(v) for k, v in self._metrics[mode].items()}
-            loss = super()._compute_loss(model, take_rows(inputs, first)) * 0.0
+            loss = self._trl_loss(model, take_rows(inputs, first)) * 0.0
             for key in list(self._metrics[mode]):
                 del self._metrics[mode][key][logged.get(key, 0):]
                 if not self._metrics[mode][key]:

@@ -247,7 +247,9 @@ def build(config: TrainConfig, *, make_trainer: bool = True,
                           rollout_func=rollout_func(rollout) if rollout is not None else None,
                           processing_class=tokenizer, callbacks=_callbacks(job),
                           step_log=recorder,
-                          overlap=config.grpo.max_staleness if config.grpo.overlap else 0)
+                          overlap=config.grpo.max_staleness if config.grpo.overlap else 0,
+                          decoupled_cap=(config.grpo.overlap_weight_cap
+                                         if config.grpo.overlap_loss == "decoupled" else None))
     started = TrlTrainer(job.trainer).processes
     if started != layout.processes and not dry_run:
         raise ConfigError(f"The launcher's variables say {layout.processes} process(es) and "
@@ -333,8 +335,10 @@ def describe(job: TrainingJob) -> list[str]:
         f"rollouts = {completions} completions/step",
         f"layout      {job.layout.line()}",
         "overlap     " + (f"the workflows of the next {g.max_staleness} step(s) run while a "
-                          f"step trains (rollouts up to {g.max_staleness} update(s) old, the "
-                          "ratio against the policy that generated them)"
+                          f"step trains (rollouts up to {g.max_staleness} update(s) old, "
+                          + (f"decoupled loss, weights capped at {g.overlap_weight_cap})"
+                             if g.overlap_loss == "decoupled"
+                             else "the ratio against the policy that generated them)")
                           if g.overlap else "none (each step waits for its workflows)"),
         f"optimiser   lr {g.learning_rate} {g.lr_scheduler}, warm-up "
         f"{g.warmup_ratio if g.warmup_steps is None else f'{g.warmup_steps} steps'}, "

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 from typing import Any
 
-# the keys of a text-only micro-batch (TRL's _generate_and_score_completions)
+# with `[grpo] overlap_loss = "decoupled"`, the generating policy's log-probabilities
+GENERATING = "podium_generating_logps"
+# the keys of a text-only micro-batch (TRL's _generate_and_score_completions, and podium's)
 KNOWN = frozenset({"prompt_ids", "prompt_mask", "completion_ids", "completion_mask",
                    "advantages", "num_items_in_batch", "old_per_token_logps",
                    "sampling_per_token_logps", "ref_per_token_logps",
-                   "importance_sampling_ratio", "tool_mask"})
+                   "importance_sampling_ratio", "tool_mask", GENERATING})
 PROMPT = frozenset({"prompt_ids", "prompt_mask"})
 
 

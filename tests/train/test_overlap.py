@@ -1,13 +1,14 @@
 """`[grpo] overlap` for real: a tiny Llama trains on fixed completions (`distributed_step.py`),
-overlapped and synchronously, through `podium train`'s own build.
+overlapped (with each `overlap_loss`) and synchronously, through `podium train`'s own build.
 
 The maths: the batch the second update trains was generated while the first update had not
-yet been taken (the overlapped run keeps two steps' batches in flight, `max_staleness = 2`),
-so its importance ratio must be taken against the log-probabilities the untrained policy
-gave it. The test recomputes that update's gradient by hand from the
-weights before each update and compares it with the trainer's; the same computation with the
-ratio taken against the current policy gives another gradient, which the trainer's must not
-be. The order: both runs train the same questions at the same steps. A kill while a batch's
+yet been taken (the overlapped runs keep two steps' batches in flight, `max_staleness = 2`),
+so the log-probabilities the untrained policy gave it must enter its loss: as the ratio's
+denominator ("clipped"), or as each token's importance weight beside a ratio taken around the
+policy the update starts from ("decoupled"). The tests recompute that update's gradient by
+hand from the weights before each update and compare it with the trainer's; the same
+computation on-policy (the ratio against the current policy, no weight) gives another
+gradient, which the trainer's must not be. The order: both runs train the same questions at the same steps. A kill while a batch's
 workflows are in flight, then `--resume`: every step is trained and logged once.
 """
 
@@ -45,7 +46,9 @@ lr_scheduler = "constant"
 warmup_ratio = 0.0
 max_grad_norm = 1e9
 save_steps = {save}
-overlap = {overlap}"""
+overlap = {overlap}
+overlap_loss = "{loss}"
+overlap_weight_cap = 3.0"""
 RUN = 'prompt = "compact"\nfewshots = "none"\nmax_steps = 1'
 
 
@@ -67,17 +70,17 @@ class Capture(TrainerCallback):
 
 
 def train(root: Path, tokenizer, overlap: bool, config: Path | None = None,
-          resume: bool = False) -> tuple[Capture, dict[int, dict], Path]:
+          resume: bool = False, loss: str = "clipped") -> tuple[Capture, dict[int, dict], Path]:
     """A 3-step run (or `config`'s, with `resume`); (its capture, the batch each update
     trained, its output folder)."""
     if not (root / "tiny").exists():
         tiny_llama(tokenizer).save_pretrained(root / "tiny")
         tokenizer.save_pretrained(root / "tiny")
-    name = "overlapped" if overlap else "synchronous"
+    name = f"overlapped-{loss}" if overlap else "synchronous"
     # overlapped two updates deep: the batches of steps 2 and 3 are generated at step 1
     config = config or sums_recipe(
         root, 6, model=root / "tiny", out=root / name, name=f"{name}.toml",
-        grpo=GRPO.format(steps=3, save=10, overlap=str(overlap).lower())
+        grpo=GRPO.format(steps=3, save=10, overlap=str(overlap).lower(), loss=loss)
         + ("\nmax_staleness = 2" if overlap else ""), run=RUN)
     capture, batches = Capture(), {}
     build = trainer_module.build
@@ -105,7 +108,8 @@ def train(root: Path, tokenizer, overlap: bool, config: Path | None = None,
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tokenizer):
     root = tmp_path_factory.mktemp("overlap")
-    return train(root, tokenizer, True), train(root, tokenizer, False), tokenizer
+    return (train(root, tokenizer, True), train(root, tokenizer, False), tokenizer,
+            train(root, tokenizer, True, loss="decoupled"))
 
 
 def logps(weights: dict, tokenizer, batch: dict, grad: bool = False):
@@ -123,10 +127,11 @@ def logps(weights: dict, tokenizer, batch: dict, grad: bool = False):
     return out, model
 
 
-def hand_gradient(batch: dict, new, old, model) -> dict[str, torch.Tensor]:
-    """GRPO's clipped token-level (bnpo) loss of `batch`, by hand, and its gradient."""
+def hand_gradient(batch: dict, new, old, model, weight=None) -> dict[str, torch.Tensor]:
+    """GRPO's clipped token-level (bnpo) loss of `batch`, by hand (each token's advantage
+    times `weight` when given), and its gradient."""
     mask = batch["completion_mask"].float()
-    advantages = batch["advantages"].unsqueeze(1)
+    advantages = batch["advantages"].unsqueeze(1) * (1.0 if weight is None else weight)
     ratio = torch.exp(new - old)
     per_token = -torch.min(ratio * advantages, torch.clamp(ratio, 0.8, 1.2) * advantages)
     ((per_token * mask).sum() / mask.sum()).backward()
@@ -134,7 +139,7 @@ def hand_gradient(batch: dict, new, old, model) -> dict[str, torch.Tensor]:
 
 
 def test_the_second_update_takes_its_ratio_against_the_policy_that_generated_it(runs):
-    (capture, batches, _), _, tokenizer = runs
+    (capture, batches, _), _, tokenizer, _ = runs
     batch = batches[1]  # the second update's batch, generated before the first update
     mask = batch["completion_mask"].bool()
     assert (batch["advantages"] != 0).all()
@@ -158,8 +163,39 @@ def steps(out: Path) -> list[dict]:
             if "reward" in m]
 
 
+def test_the_decoupled_second_update_weighs_each_token_by_the_generating_policy(runs):
+    """Decoupled: the ratio is taken around the policy the update starts from (1 at the
+    update's only pass), and each token's advantage is weighed by min(pi_start / pi_generating,
+    3); the weights are logged, 1 for the batch the untrained policy both generated and
+    trains."""
+    _, _, tokenizer, (capture, batches, out) = runs
+    batch = batches[1]  # the second update's batch, generated before the first update
+    mask = batch["completion_mask"].bool()
+    assert "old_per_token_logps" not in batch  # TRL's ratio: around the current policy
+    untrained, _ = logps(capture.weights[0], tokenizer, batch)
+    torch.testing.assert_close(batch["podium_generating_logps"][mask], untrained[mask],
+                               rtol=1e-4, atol=1e-5)
+    new, model = logps(capture.weights[1], tokenizer, batch, grad=True)
+    weight = torch.exp(new.detach() - untrained).clamp(max=3.0)
+    assert not torch.allclose(weight[mask], torch.ones_like(weight[mask]), atol=1e-3)
+    right = hand_gradient(batch, new, new.detach(), model, weight)
+    assert right.keys() == capture.grads.keys()
+    for name, grad in right.items():
+        torch.testing.assert_close(capture.grads[name], grad, rtol=1e-3, atol=1e-7, msg=name)
+    for old, w in ((untrained, None), (None, None)):  # clipped; on-policy
+        new, model = logps(capture.weights[1], tokenizer, batch, grad=True)
+        wrong = hand_gradient(batch, new, new.detach() if old is None else old, model, w)
+        assert any(not torch.allclose(capture.grads[n], g, rtol=1e-3, atol=1e-7)
+                   for n, g in wrong.items())
+    logged = steps(out)
+    assert logged[0]["podium/stale_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert logged[1]["podium/stale_weight_mean"] == pytest.approx(
+        float(weight[mask].mean()), rel=1e-3)
+    assert 0 <= logged[1]["podium/stale_weight_capped"] <= 1
+
+
 def test_both_runs_train_the_same_questions_in_the_same_order_one_update_apart(runs):
-    (_, overlapped, out), (_, synchronous, sync_out), _ = runs
+    (_, overlapped, out), (_, synchronous, sync_out), _, _ = runs
     assert sorted(overlapped) == sorted(synchronous) == [0, 1, 2]
     for step in range(3):
         assert torch.equal(overlapped[step]["prompt_ids"], synchronous[step]["prompt_ids"])
@@ -185,7 +221,8 @@ def test_only_the_rows_generation_did_not_record_take_a_forward_pass(tmp_path, t
     tiny_llama(tokenizer).save_pretrained(tmp_path / "tiny")
     tokenizer.save_pretrained(tmp_path / "tiny")
     config = sums_recipe(tmp_path, 6, model=tmp_path / "tiny", out=tmp_path / "out",
-                         grpo=GRPO.format(steps=1, save=10, overlap="true"), run=RUN)
+                         grpo=GRPO.format(steps=1, save=10, overlap="true", loss="clipped"),
+                         run=RUN)
     job = trainer_module.build(load_train_config(config))
     try:
         trainer = job.trainer
@@ -222,7 +259,8 @@ def test_a_kill_with_a_batch_in_flight_then_resume_trains_every_step_once(tmp_pa
     tokenizer.save_pretrained(tmp_path / "tiny")
     out = tmp_path / "out"
     config = sums_recipe(tmp_path, 6, model=tmp_path / "tiny", out=out, adder="late",
-                         grpo=GRPO.format(steps=4, save=1, overlap="true"), run=RUN)
+                         grpo=GRPO.format(steps=4, save=1, overlap="true", loss="decoupled"),
+                         run=RUN)
     (tmp_path / "completions.json").write_text(json.dumps([RIGHT, WRONG]))
     command = [sys.executable, str(HERE / "distributed_step.py"), str(config),
                str(tmp_path / "completions.json"), str(tmp_path / "grads")]

@@ -80,7 +80,7 @@ class Rollouts:
     token weighs 1), and the policy's own log-probability of each token as it generated them
     (`policy_logprobs`: log softmax of logits / temperature, before a grammar's mask, recorded
     by transformers' generation; None where not recorded, and None for a row that was written,
-    not sampled), which `[grpo] overlap` takes the importance ratio against
+    not sampled), with which `[grpo] overlap` weighs the loss
     (`podium.train.overlap`)."""
 
     prompt_ids: list[list[int]]
