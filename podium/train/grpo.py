@@ -92,6 +92,7 @@ def grpo_trainer_class() -> type:
             self.lookahead = Lookahead(overlap) if overlap else None
             self.decoupled_cap = decoupled_cap
             self._weighing: dict[str, Any] | None = None  # the loss's inputs, to weigh
+            self._weights: Any = None  # this update's (sum, tokens, capped) of the weights
             self.in_flight = InFlight()
             self.times = StepTimes()
             self._replaying: Started | None = None  # the started batch being scored
@@ -115,6 +116,8 @@ def grpo_trainer_class() -> type:
                 self.times.wall = end - self._step_began  # since the step before's last pass
                 for name, value in self.times.metrics().items():
                     self._metrics["train"][name].append(value)
+                if self.lookahead is not None and self.decoupled_cap is not None:
+                    self._log_weights()
                 self.times, self._step_began = StepTimes(), end
             return out
 
@@ -257,15 +260,25 @@ def grpo_trainer_class() -> type:
             proximal = inputs.get("old_per_token_logps")
             proximal = current if proximal is None else proximal
             weight = torch.exp(proximal - inputs.pop(GENERATING)).clamp(max=cap)
+            learning = inputs["advantages"] != 0  # (a filler row's weights count for nothing)
             inputs["advantages"] = inputs["advantages"].reshape(-1, 1) * weight
-            mask = inputs["completion_mask"].bool()
-            mode = "train" if self.model is not None and self.model.training else "eval"
-            kept = weight[mask]
-            self._metrics[mode]["podium/stale_weight_mean"].append(
-                self.accelerator.gather(kept.mean().reshape(1)).nanmean().item())
-            self._metrics[mode]["podium/stale_weight_capped"].append(
-                self.accelerator.gather((kept >= cap).float().mean()
-                                        .reshape(1)).nanmean().item())
+            kept = weight[inputs["completion_mask"].bool() & learning.reshape(-1, 1)]
+            if self._weights is None:
+                self._weights = torch.zeros(3, device=self.accelerator.device)
+            self._weights += torch.stack([kept.sum(), kept.new_tensor(kept.numel()),
+                                          (kept >= cap).sum().float()])
+
+        def _log_weights(self) -> None:
+            """Log the update's importance weights, over the tokens of every process's rows
+            with an advantage (so the same for any layout): their mean and the share at the
+            cap. Every process calls it at the end of each update (a collective)."""
+            mine = (self._weights if self._weights is not None
+                    else torch.zeros(3, device=self.accelerator.device))
+            total, tokens, capped = self.accelerator.gather(mine.reshape(1, 3)).sum(0).tolist()
+            self._weights = None
+            if tokens:
+                self._metrics["train"]["podium/stale_weight_mean"].append(total / tokens)
+                self._metrics["train"]["podium/stale_weight_capped"].append(capped / tokens)
 
         def _trl_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
             """TRL's loss of `inputs`, weighed first when they carry the generating policy's

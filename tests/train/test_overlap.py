@@ -180,12 +180,12 @@ def test_the_decoupled_second_update_weighs_each_token_by_the_generating_policy(
     assert not torch.allclose(weight[mask], torch.ones_like(weight[mask]), atol=1e-3)
     right = hand_gradient(batch, new, new.detach(), model, weight)
     assert right.keys() == capture.grads.keys()
-    for name, grad in right.items():
-        torch.testing.assert_close(capture.grads[name], grad, rtol=1e-3, atol=1e-7, msg=name)
+    for name, grad in right.items():  # (summed in another order: a few 1e-7s apart)
+        torch.testing.assert_close(capture.grads[name], grad, rtol=1e-3, atol=1e-6, msg=name)
     for old, w in ((untrained, None), (None, None)):  # clipped; on-policy
         new, model = logps(capture.weights[1], tokenizer, batch, grad=True)
         wrong = hand_gradient(batch, new, new.detach() if old is None else old, model, w)
-        assert any(not torch.allclose(capture.grads[n], g, rtol=1e-3, atol=1e-7)
+        assert any(not torch.allclose(capture.grads[n], g, rtol=1e-3, atol=1e-6)
                    for n, g in wrong.items())
     logged = steps(out)
     assert logged[0]["podium/stale_weight_mean"] == pytest.approx(1.0, abs=1e-4)
