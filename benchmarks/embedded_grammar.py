@@ -54,6 +54,7 @@ from podium.config import load_pool
 from podium.llm import grammar_mask
 from podium.llm.base import split_prefill
 from podium.llm.embedded import ModelStore, _prefill, resolve_model_path
+from podium.llm.prompt_states import PromptStates
 
 # questions whose free completion does not end at once (the Conductor's prompt, T=0.3, seed 1)
 QUESTIONS = [
@@ -245,6 +246,7 @@ def main() -> None:
     conductor = Conductor(None, view, pool.run, constrained=True)  # type: ignore[arg-type]
     grammar = grammar_for(view, pool.run)
     model = ModelStore().get(resolve_model_path(spec.model), spec.n_ctx)
+    model.states = PromptStates(budget_bytes=0)  # each prompt read afresh, not restored
     llm = model.llm
     costs, compiled = setup(ways, llm, model.masks, grammar)
     timers = Timers(llm)
@@ -263,7 +265,7 @@ def main() -> None:
                 "stop": [s for s in (formatted.stop or []) if s]}
         llm.reset()  # the whole prompt read afresh, timed: then in the KV cache for every way
         start = time.perf_counter()
-        _prefill(llm, prompt, threading.Event())
+        _prefill(model, prompt, threading.Event())
         prompts.append({"tokens": llm.n_tokens, "seconds": time.perf_counter() - start})
         for r in range(args.repeats):
             shift = (q + r) % len(ways)

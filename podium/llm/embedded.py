@@ -10,6 +10,11 @@ $OMP_NUM_THREADS (the count torch takes too), else llama.cpp's defaults: a proce
 fewer cores than the machine has keeps to them (llama.cpp's threads wait on each other by
 spinning, which costs dearly on cores other work holds).
 
+The entries sharing a model share what it has read, too: llama.cpp's context keeps only the
+last prompt, so each loaded model keeps the states of the long prompts it has read
+(`podium.llm.prompt_states`), and a prompt that starts like one of them (the Conductor's, whose
+instructions, worker list and few-shots come before the question) reads only its own end.
+
 Loads are serialised too, by one process-wide lock: while llama.cpp loads a model with
 `verbose=False` it points file descriptors 1 and 2 at /dev/null and back (its
 `suppress_stdout_stderr`), and two loads in two threads at once can leave them pointing there
@@ -105,6 +110,9 @@ class _Loaded:
         self.format = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
         self.lock = threading.Lock()
         self.masks = GrammarMasks(self.llm)
+        from podium.llm.prompt_states import PromptStates  # (numpy: llama-cpp-python's)
+
+        self.states = PromptStates()
 
     def held_to(self, grammar: str) -> tuple[dict[str, Any], GrammarMask | None]:
         """The `create_completion` arguments that hold a call to the GBNF `grammar`, and the
@@ -160,27 +168,30 @@ class Cancelled(Exception):
     """The call was cancelled while its prompt was read (nobody waits for its result)."""
 
 
-def _prefill(llm: Any, prompt: str, cancelled: threading.Event) -> None:
+def _prefill(model: _Loaded, prompt: str, cancelled: threading.Event) -> None:
     """Evaluate `prompt` as `create_completion` will see it, all but its last token, in chunks
     of PREFILL_CHUNK tokens, stopping when `cancelled` is set: llama.cpp cannot be interrupted
     inside one evaluation, and a long prompt (the Conductor's) takes seconds. What is already
-    in the KV cache is reused; `create_completion` then finds the prompt cached but its last
-    token, and evaluates only that (a tokenisation that differed would only cost a
-    re-evaluation, never change the result)."""
+    in the KV cache, or in a kept state of an earlier prompt (`model.states`), is reused;
+    `create_completion` then finds the prompt cached but its last token, and evaluates only
+    that (a tokenisation that differed would only cost a re-evaluation, never change the
+    result)."""
+    from podium.llm.prompt_states import shared_start
+
+    llm = model.llm
     bos = [llm.token_bos()] if llm._model.add_bos_token() else []
     tokens = bos + llm.tokenize(prompt.encode(), add_bos=False, special=True)
-    kept = 0
-    for have, want in zip(llm.input_ids[:llm.n_tokens], tokens[:-1], strict=False):
-        if have != want:
-            break
-        kept += 1
+    read = tokens[:-1]
+    kept = model.states.restore(llm, read, shared_start(llm.input_ids[:llm.n_tokens], read))
     llm.n_tokens = kept  # llm.eval drops the KV cache past this point
-    for start in range(kept, len(tokens) - 1, PREFILL_CHUNK):
+    for start in range(kept, len(read), PREFILL_CHUNK):
         if cancelled.is_set():
             raise Cancelled()
-        llm.eval(tokens[start:min(start + PREFILL_CHUNK, len(tokens) - 1)])
+        llm.eval(read[start:start + PREFILL_CHUNK])
     if cancelled.is_set():  # cancelled during the last chunk: generate nothing
         raise Cancelled()
+    if kept < len(read):
+        model.states.save(llm)
 
 
 def _streamed(llm: Any, prompt: str, kwargs: dict[str, Any], on_piece: TextSink) -> dict:
@@ -252,7 +263,7 @@ class EmbeddedClient:
                 held, mask = model.held_to(grammar)
                 kwargs.update(held)
             n_prompt = len(model.llm.tokenize(prompt.encode(), add_bos=False, special=True))
-            _prefill(model.llm, prompt, cancelled)
+            _prefill(model, prompt, cancelled)
             if n_prompt + kwargs["max_tokens"] > spec.n_ctx:
                 raise WorkerError(self.name, "context_length",
                                   f"the prompt has {n_prompt} tokens and max_tokens is "
