@@ -33,7 +33,8 @@ BUDGET_BYTES = 128 * 1024 * 1024  # ~5,800 tokens of SmolLM2-135M's context
 @dataclass
 class _State:
     tokens: np.ndarray  # the prompt tokens the state holds
-    data: bytes  # llama_state_get_data's copy
+    data: Any  # llama_state_get_data's copy (a ctypes byte array)
+    size: int  # its bytes written
 
 
 def shared_start(a: np.ndarray, b: Sequence[int] | np.ndarray) -> int:
@@ -54,7 +55,7 @@ class PromptStates:
 
     @property
     def bytes(self) -> int:
-        return sum(len(s.data) for s in self._states.values())
+        return sum(s.size for s in self._states.values())
 
     def __len__(self) -> int:
         return len(self._states)
@@ -74,9 +75,7 @@ class PromptStates:
 
         state = self._states[best]
         self._states.move_to_end(best)
-        buffer = (ctypes.c_uint8 * len(state.data)).from_buffer_copy(state.data)
-        if llama_cpp.llama_state_set_data(llm._ctx.ctx, buffer, len(state.data)) != len(
-                state.data):
+        if llama_cpp.llama_state_set_data(llm._ctx.ctx, state.data, state.size) != state.size:
             llm.n_tokens = 0  # the context is in no known state: read everything again
             return 0
         llm.input_ids[:len(state.tokens)] = state.tokens
@@ -98,10 +97,9 @@ class PromptStates:
         size = llama_cpp.llama_state_get_size(llm._ctx.ctx)
         if size > self.budget_bytes:
             return
-        buffer = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_get_data(llm._ctx.ctx, buffer, size)
-        data = bytes(memoryview(buffer)[:written])
-        while self._states and self.bytes + len(data) > self.budget_bytes:
+        data = (ctypes.c_uint8 * size)()
+        written = int(llama_cpp.llama_state_get_data(llm._ctx.ctx, data, size))
+        while self._states and self.bytes + written > self.budget_bytes:
             self._states.popitem(last=False)
-        self._states[self._next] = _State(tokens, data)
+        self._states[self._next] = _State(tokens, data, written)
         self._next += 1
