@@ -26,7 +26,8 @@ overlapped with `max_staleness = d`; G, T and W there are stated assumptions (no
 a 7B run was measured here), and the overlap's own cost (`--speed` at L = 0) is measured.
 
     .venv/bin/python benchmarks/train_overlap.py [--speed] [--learning] [--steps 6]
-        [--latencies 1 3] [--assignments 1 5 7] [--out benchmarks/results/train_overlap.json]
+        [--latencies 1 3] [--assignments 1 5 7] [--modes both|synchronous|overlapped]
+        [--set grpo.overlap_loss=clipped ...] [--out benchmarks/results/train_overlap.json]
     .venv/bin/python benchmarks/train_overlap.py --report benchmarks/results/train_overlap.json
 """
 
