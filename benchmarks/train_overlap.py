@@ -157,8 +157,8 @@ def learning(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
     os.environ[LATENCY] = "0"
     results = []
     for seed in args.assignments:
-        for overlap in (False, True)[args.modes == "overlapped":
-                                     2 if args.modes != "synchronous" else 1]:
+        for overlap in {"both": (False, True), "synchronous": (False,),
+                        "overlapped": (True,)}[args.modes]:
             ns = namespace(args, overlap, args.max_steps)
             order = tuple(assignment(seed, specialists_for(ns.families)))
             print(f"ids {', '.join(order)} (seed {seed}), "

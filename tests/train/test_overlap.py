@@ -8,8 +8,9 @@ denominator ("clipped"), or as each token's importance weight beside a ratio tak
 policy the update starts from ("decoupled"). The tests recompute that update's gradient by
 hand from the weights before each update and compare it with the trainer's; the same
 computation on-policy (the ratio against the current policy, no weight) gives another
-gradient, which the trainer's must not be. The order: both runs train the same questions at the same steps. A kill while a batch's
-workflows are in flight, then `--resume`: every step is trained and logged once.
+gradient, which the trainer's must not be. The order: both runs train the same questions at
+the same steps. A kill while a batch's workflows are in flight, then `--resume`: every step
+is trained and logged once.
 """
 
 from __future__ import annotations
