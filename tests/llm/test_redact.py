@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from podium import redact
 from podium.llm.base import ChatResponse, InvalidReply
 from podium.redact import ScrubbedStream, register, safe_url, scrub
 
@@ -17,7 +18,11 @@ KEY = "sk-redact/0123456789abcdefKEY"
 
 
 @pytest.fixture(autouse=True)
-def registered():
+def registered(monkeypatch):
+    """KEY alone: the secrets other tests in this process registered (the registry is the
+    process's) would hold back other ends of the text."""
+    monkeypatch.setattr(redact, "_secrets", ())
+    monkeypatch.setattr(redact, "_patterns", ())
     register(KEY)
 
 
