@@ -33,6 +33,16 @@ PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_pro
               "all_proxy")  # the tests talk to localhost servers only: no proxy in between
 
 
+def registered_alone(monkeypatch: pytest.MonkeyPatch, secret: str) -> None:
+    """`secret`, registered as the only one for the rest of a test: the registry is the
+    process's, and keys other tests registered would hold back other ends of a stream."""
+    from podium import redact
+
+    monkeypatch.setattr(redact, "_secrets", ())
+    monkeypatch.setattr(redact, "_patterns", ())
+    redact.register(secret)
+
+
 def podium(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
            columns: int = 160, **kw: Any) -> subprocess.CompletedProcess:
     """`podium ARGS...` as a user runs it, in its own process: output captured (text unless

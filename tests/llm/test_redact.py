@@ -9,21 +9,17 @@ import logging
 import time
 
 import pytest
+from support import registered_alone
 
-from podium import redact
 from podium.llm.base import ChatResponse, InvalidReply
-from podium.redact import ScrubbedStream, register, safe_url, scrub
+from podium.redact import ScrubbedStream, safe_url, scrub
 
 KEY = "sk-redact/0123456789abcdefKEY"
 
 
 @pytest.fixture(autouse=True)
 def registered(monkeypatch):
-    """KEY alone: the secrets other tests in this process registered (the registry is the
-    process's) would hold back other ends of the text."""
-    monkeypatch.setattr(redact, "_secrets", ())
-    monkeypatch.setattr(redact, "_patterns", ())
-    register(KEY)
+    registered_alone(monkeypatch, KEY)
 
 
 def escaped(text: str, upper: bool = False) -> str:

@@ -10,13 +10,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support import registered_alone
 
 from podium.config import ModelSpec
 from podium.errors import WorkerError
 from podium.llm.base import Message
 from podium.llm.openai_compat import OpenAICompatClient
 from podium.llm.reliable import ReliableClient
-from podium.redact import ScrubbedStream, register, scrub
+from podium.redact import ScrubbedStream, scrub
 from podium.testing import ScriptedServer
 from podium.workflow.execute import AnswerText, Team, execute_workflow
 from podium.workflow.types import Workflow
@@ -79,8 +80,8 @@ def test_a_stream_cut_after_some_text_is_an_error_and_not_retried(server):
     assert server.stats()["overall"]["requests"] == 1  # no second attempt: text was sent
 
 
-def test_a_key_split_across_pieces_is_masked(server):
-    register(SECRET)
+def test_a_key_split_across_pieces_is_masked(server, monkeypatch):
+    registered_alone(monkeypatch, SECRET)
     resp, pieces = streamed(server, "leaky")
     out: list[str] = []
     scrubbed = ScrubbedStream(out.append)
@@ -113,8 +114,8 @@ def test_the_executor_streams_only_the_answer_step(server):
     assert max(i for i, (k, _) in enumerate(events) if k == "text") < finished
 
 
-def test_ordinary_text_passes_at_once_and_only_a_possible_key_start_waits():
-    register(SECRET)
+def test_ordinary_text_passes_at_once_and_only_a_possible_key_start_waits(monkeypatch):
+    registered_alone(monkeypatch, SECRET)
     out: list[str] = []
     scrubbed = ScrubbedStream(out.append)
     for piece in ("The ", "answer ", "is four. "):
