@@ -40,11 +40,16 @@ def router_prompt():
         yield
 
 
+# The pool's Conductor: as trained (4 completion tokens), asked for a few more, not the
+# 256 a Conductor without max_tokens may write
+CONDUCTOR = 'backend = "embedded"\nmax_tokens = 12'
+
+
 def setup(tmp_path: Path, zero: str = "zero", adder: str = "adder") -> Path:
     """The sums recipe (podium.testing.recipe): 12 questions, the router prompt, 2 steps of
     one question x 4 rollouts, a checkpoint each step."""
     return sums_recipe(
-        tmp_path, 12, zero=zero, adder=adder,
+        tmp_path, 12, zero=zero, adder=adder, conductor=CONDUCTOR,
         run='prompt = "router-test"\nfewshots = "none"\nmax_steps = 1',
         grpo="""max_steps = 2
 questions_per_step = 1
@@ -222,7 +227,7 @@ def test_the_trained_conductor_answers_with_its_pool_only(trained, monkeypatch):
     assert code == (0 if data["answer"] is not None else 1)
     assert data["used"]["calls"] >= 1
     swapped = trained / "swapped.toml"
-    swapped.write_text(sums_pool(zero="adder", adder="zero")
+    swapped.write_text(sums_pool(CONDUCTOR, zero="adder", adder="zero")
                        .replace('name = "zero"', 'name = "tmp"')
                        .replace('name = "adder"', 'name = "zero"')
                        .replace('name = "tmp"', 'name = "adder"'))
