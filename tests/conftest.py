@@ -31,11 +31,12 @@ from podium.llm.embedded import bundled_gguf  # noqa: E402
 # them at the end while the other waits.
 SLOWEST_FIRST = (
     "tests/cli/test_ask.py", "tests/train/test_distributed.py", "tests/train/test_train.py",
-    "tests/eval/test_eval.py", "tests/integration/test_llama_server.py",
+    "tests/train/test_overlap.py", "tests/eval/test_eval.py", "tests/integration/test_llama_server.py",
     "tests/serve/test_serve_command.py", "tests/scoring/test_code.py",
     "tests/integration/test_prefill_continuation.py", "tests/hostile/test_checkpoints.py",
     "tests/conductor/test_grammar.py", "tests/serve/test_processes.py",
-    "tests/conductor/test_budget.py", "tests/train/test_gym.py",
+    "tests/conductor/test_budget.py", "tests/train/test_gym.py", "tests/scoring/test_math.py",
+    "tests/train/test_run_folder.py",
 )
 
 

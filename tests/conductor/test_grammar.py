@@ -42,7 +42,8 @@ def test_hot_sampling_under_the_grammar_still_parses(seed):
                      top_p=1.0, max_tokens=400, seed=seed)
     client = EmbeddedClient(spec, ModelStore())
     pool = [PoolEntry(0), PoolEntry(2)]
-    messages = conductor_messages("Plan a picnic for six people.", pool, max_steps=2)
+    messages = conductor_messages("Plan a picnic for six people.", pool, max_steps=2,
+                                  fewshots="short")
     grammar = workflow_grammar([0, 2], 2, max_reason_chars=80, max_reason_lines=1,
                                max_subtask_chars=60)
     resp = asyncio.run(client.chat(messages, grammar=grammar))

@@ -26,7 +26,8 @@ def server_pool(base_url: str, *, constrained: bool = True, recursion: int = 0) 
             {**common, "name": "creative", "temperature": 0.9, "max_tokens": 48,
              "price": {"input": 0.5, "output": 1.5}},
         ],
-        "run": {"recursion": recursion, "max_steps": 2, "fewshots": "short"},
+        "run": {"recursion": recursion, "max_steps": 2, "fewshots": "short",
+                "max_reason_lines": 1, "max_reason_chars": 80},  # a short plan
     }
 
 

@@ -84,7 +84,9 @@ def test_conductor_continues_its_prefill_over_http(llama_server, gguf_path):
                       "prefill": "completions", "chat_template": str(gguf_path)},
         "workers": [{**common, "name": "precise", "temperature": 0.1, "max_tokens": 32},
                     {**common, "name": "creative", "temperature": 0.9, "max_tokens": 32}],
-        "run": {"max_steps": 2, "cache": False},
+        # a short plan: the short few-shots, one line of reasoning (the grammar's bound)
+        "run": {"max_steps": 2, "cache": False, "fewshots": "short", "max_reason_lines": 1,
+                "max_reason_chars": 80},
     })
 
     async def go():
