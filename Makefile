@@ -55,8 +55,8 @@ gym: venv  # trains afresh: the previous run's folder is removed first
 
 # Two workers (pytest-xdist), each test file on one of them, the files of the slowest tests
 # first (tests/conftest.py); --durations names the slowest, to keep the run under 6 minutes.
-# Bytecode is written (an environment may say PYTHONDONTWRITEBYTECODE): each of the ~50
-# processes the tests start would otherwise compile podium's modules afresh.
+# Bytecode is written (an environment may say PYTHONDONTWRITEBYTECODE): each process the
+# tests start (servers, CLI runs, torchrun jobs) would otherwise compile podium's modules afresh.
 test: venv
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
