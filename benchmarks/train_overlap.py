@@ -267,6 +267,8 @@ def main() -> None:
     parser.add_argument("--report", type=Path, metavar="JSON",
                         help="report the speed runs this script saved in JSON; run nothing")
     args = parser.parse_args()
+    if any(item.split("=", 1)[0].strip() == "grpo.seed" for item in args.set):
+        parser.error("--set grpo.seed: the training seeds are --seeds (e.g. --seeds 43)")
     if args.report:
         gains = report(json.loads(args.report.read_text())["speed"]["runs"])
         paper(1 / gains[0.0] - 1)
