@@ -190,7 +190,7 @@ def learning(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
               f"{ratio:>6} {'PASS' if ok else 'MISS'}   (each: {each_a} and {each_b})")
     gym_learning.plot(results, args.out.with_suffix(".png"), label=lambda r: (
         f"seed {r['seed']}, {'overlapped' if r['overlap'] else 'synchronous'}, "
-        f"training seed {r.get('training_seed', 42)}"))
+        f"training seed {r['training_seed']}"))
     return results
 
 
@@ -267,7 +267,7 @@ def main() -> None:
     parser.add_argument("--report", type=Path, metavar="JSON",
                         help="report the speed runs this script saved in JSON; run nothing")
     args = parser.parse_args()
-    if any(item.split("=", 1)[0].strip() == "grpo.seed" for item in args.set):
+    if args.learning and any(item.split("=", 1)[0].strip() == "grpo.seed" for item in args.set):
         parser.error("--set grpo.seed: the training seeds are --seeds (e.g. --seeds 43)")
     if args.report:
         gains = report(json.loads(args.report.read_text())["speed"]["runs"])
