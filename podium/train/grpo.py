@@ -34,6 +34,11 @@ A TRL upgrade must check each of these against the new `trl/trainer/grpo_trainer
   which TRL's loss accepts), and logs the weights. TRL's `pad`,
   `trl.models.utils.disable_gradient_checkpointing`, `pad_to_multiple_of`, `_step`,
   `reward_funcs` and `state.max_steps` are read for it.
+* `_get_per_token_logps_and_entropies(...)` runs TRL's under `completions_only_on_cpu`:
+  TRL's fused LM head (`trl.trainer.utils._fused_forward`) projects every position of the
+  sequence through the vocabulary on a device without Triton, prompt and padding included;
+  `trl.trainer.utils._use_triton` answers True for CPU while it runs, so that only the
+  completions' positions are projected, as on CUDA (`benchmarks/train_step.py` measures it).
 * `create_model_card(...)`: TRL writes its card (README.md) into the run folder at every
   checkpoint, naming no base model for a local directory; podium writes one card of its own
   into each checkpoint, final/ and best/ (`podium.checkpoint.write_card`), so TRL's is not
@@ -54,7 +59,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from podium.train.metrics import StepRecorder
@@ -71,6 +77,24 @@ from podium.train.rollout.row import LOGPROBS
 from podium.train.zero_advantage import GENERATING, active_rows, cuttable, take_rows
 
 T = TypeVar("T")
+
+
+@contextmanager
+def completions_only_on_cpu() -> Iterator[None]:
+    """While it is open, TRL's fused LM head projects only the positions it scores (the
+    completions' tokens) on CPU too, as it does on CUDA: TRL decides with
+    `trl.trainer.utils._use_triton(device)`, which is False off CUDA and XPU so that a device
+    that compiles per shape (Neuron) sees the same shape every batch, and then scores every
+    position, prompt and padding included. The log-probabilities and gradients are the
+    same."""
+    import trl.trainer.utils as trl_utils
+
+    everywhere = trl_utils._use_triton
+    trl_utils._use_triton = lambda device: device.type == "cpu" or everywhere(device)
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = everywhere
 
 
 def grpo_trainer_class() -> type:
@@ -244,7 +268,8 @@ def grpo_trainer_class() -> type:
             if self._old_once is not None:  # TRL's old log-probabilities: the generating policy's
                 old, self._old_once = self._old_once, None
                 return old, None, None
-            out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            with completions_only_on_cpu():
+                out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
             if self._weighing is not None:  # the loss's own forward: weigh its advantages
                 inputs, self._weighing = self._weighing, None
                 self._weigh(inputs, out[0].detach())

@@ -152,6 +152,8 @@ max_tokens = 32
 [run]
 max_steps = 2
 fewshots = "short"
+max_reason_lines = 1
+max_reason_chars = 80
 cache = false
 """
 
