@@ -89,12 +89,12 @@ def completions_only_on_cpu() -> Iterator[None]:
     same."""
     import trl.trainer.utils as trl_utils
 
-    everywhere = trl_utils._use_triton
-    trl_utils._use_triton = lambda device: device.type == "cpu" or everywhere(device)
+    trls_own = trl_utils._use_triton
+    trl_utils._use_triton = lambda device: device.type == "cpu" or trls_own(device)
     try:
         yield
     finally:
-        trl_utils._use_triton = everywhere
+        trl_utils._use_triton = trls_own
 
 
 def grpo_trainer_class() -> type:
