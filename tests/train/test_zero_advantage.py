@@ -80,11 +80,13 @@ def grads_of(trainer, compute, inputs) -> list:
             for p in model.parameters()]
 
 
-def test_the_gradient_is_the_one_trl_computes_over_every_row(trainer, tokenizer):
+def test_the_gradient_is_the_one_trl_computes_over_every_row(trainer, tokenizer, monkeypatch):
     """The gym recipe's trainer, real prompts and completions of different lengths, two of
     five completions with no advantage: the loss runs over three rows, and every parameter's
     gradient matches TRL's own loss over all five, for the token-mean (the recipe's) and the
-    per-completion losses."""
+    per-completion losses. On CPU the LM head projects those rows' completion tokens alone
+    (`grpo.completions_only_on_cpu`)."""
+    import trl.trainer.utils as trl_utils
     from trl import GRPOTrainer
 
     texts = ["model_id = [0]", "model_id = [1, 2]\nsubtasks = [\"Add\", \"Sum\"]", "x",
@@ -104,6 +106,10 @@ def test_the_gradient_is_the_one_trl_computes_over_every_row(trainer, tokenizer)
         "advantages": torch.tensor([0.0, 1.2, -0.7, 0.0, 0.4]),
         "num_items_in_batch": torch.tensor(float(sum(map(len, completions)))),
     }
+    projected: list[int] = []  # the rows each projection through the LM head was given
+    apply = trl_utils._ChunkedLogProbFunction.apply
+    monkeypatch.setattr(trl_utils._ChunkedLogProbFunction, "apply",
+                        lambda hidden, *a: projected.append(hidden.shape[0]) or apply(hidden, *a))
     seen = []
     hook = trainer.model.register_forward_pre_hook(
         lambda _m, args, kwargs: seen.append(kwargs["input_ids"].shape), with_kwargs=True)
@@ -111,8 +117,10 @@ def test_the_gradient_is_the_one_trl_computes_over_every_row(trainer, tokenizer)
         for loss_type in ("bnpo", "grpo"):
             trainer.loss_type = loss_type
             seen.clear()
+            projected.clear()
             ours = grads_of(trainer, trainer._compute_loss, inputs)
             assert [s[0] for s in seen] == [3]  # the rows with an advantage, once
+            assert projected == [sum(len(completions[i]) for i in (1, 2, 4))]
             theirs = grads_of(trainer, lambda m, x: GRPOTrainer._compute_loss(trainer, m, x),
                               inputs)
             assert any(bool(g.abs().sum() > 0) for g in theirs)
