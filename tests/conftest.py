@@ -75,11 +75,15 @@ def llama_server(gguf_path, tmp_path_factory):
     """`python -m llama_cpp.server` serving SmolLM2 on a free localhost port; yields base URL."""
     port = free_port()
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
+    # the worker's share of the cores, as the embedded backend takes it: the server's defaults
+    # (half the cores for a token, all of them for a prompt) spin against the other worker
+    n = os.environ.get("OMP_NUM_THREADS")
+    threads = ["--n_threads", n, "--n_threads_batch", n] if n else []
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path),
              "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096",
-             "--model_alias", "smollm2"],
+             "--model_alias", "smollm2", *threads],
             stdout=fh, stderr=subprocess.STDOUT,
             env={**os.environ, "NO_PROXY": "127.0.0.1,localhost"},
         )

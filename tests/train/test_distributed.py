@@ -224,8 +224,11 @@ def test_a_resumed_job_ends_where_one_process_does(runs):
     assert a.keys() == b.keys()
     start = load_file(str(root / "tiny" / "model.safetensors"))
     assert any(not torch.equal(a[n], start[n]) for n in a)  # it trained
+    # Adam divides each gradient by its own running size, so where a gradient is near zero a
+    # sum taken in another order (gloo's) can move a weight by a visible share of the rate
+    # (1e-3); a lost or doubled optimizer state moves whole tensors by about the rate itself
     for name, weight in a.items():
-        torch.testing.assert_close(b[name], weight, rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(b[name], weight, rtol=1e-4, atol=2e-5, msg=name)
 
 
 def test_transcripts_and_checkpoints_are_written_once_for_the_whole_job(runs):
