@@ -226,9 +226,13 @@ def test_a_resumed_job_ends_where_one_process_does(runs):
     assert any(not torch.equal(a[n], start[n]) for n in a)  # it trained
     # Adam divides each gradient by its own running size, so where a gradient is near zero a
     # sum taken in another order (gloo's) can move a weight by a visible share of the rate
-    # (1e-3); a lost or doubled optimizer state moves whole tensors by about the rate itself
+    # (1e-3): a handful of weights may differ by up to 2% of it, every other one as tightly as
+    # before. A lost or doubled optimizer state moves whole tensors by about the rate.
+    loose = 0
     for name, weight in a.items():
         torch.testing.assert_close(b[name], weight, rtol=1e-4, atol=2e-5, msg=name)
+        loose += int((~torch.isclose(b[name], weight, rtol=1e-4, atol=1e-6)).sum())
+    assert loose <= 20, f"{loose} weights differ by more than 1e-6"
 
 
 def test_transcripts_and_checkpoints_are_written_once_for_the_whole_job(runs):
