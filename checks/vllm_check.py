@@ -6,15 +6,20 @@ line and fails the check (exit 1) when it does not hold:
 
 1. **resolve**: `pip install --dry-run --report` resolves `podium[gpu]` (vLLM, DeepSpeed and the
    `train` pins) from package metadata; the versions it chose are reported.
-2. **train**: the gym recipe (configs/train/gym-cpu.toml) trains 2 steps with
+2. **weight sync**: an engine built as TRL builds it for colocate mode takes weights loaded
+   after start-up: the policy's weights moved by noise and loaded as TRL's sync loads them, and
+   vLLM's log-probabilities of a fixed text must match the moved policy's (within 1e-3) and
+   differ from the original's. vLLM's CPU build packs its linear layers' weights away unless
+   `podium.train.rollout.vllm.keep_cpu_weights_live` ran first, as `podium train` runs it.
+3. **train**: the gym recipe (configs/train/gym-cpu.toml) trains 2 steps with
    `vllm.enabled = true`, `vllm.mode = "colocate"`: vLLM inside the training process samples
    every rollout under its own row's grammar. Holds when both steps ran, no rollout was a format
    error, a step's gradient was not vanishing (norm > 1e-3: the policy learned from them), and
    the checkpoint was written. Then 3 steps with `grpo.overlap = true` (vLLM generates each
    next step's batch ahead, with the weights synced after each update): the same, and every
    step after the first trained a batch one update old.
-3. **serve**, for (a) the embedded Conductor (SmolLM2-135M-Instruct, the bundled GGUF converted
-   to a Hugging Face folder) and (b) the checkpoint trained in 2: vLLM's OpenAI server loads it
+4. **serve**, for (a) the embedded Conductor (SmolLM2-135M-Instruct, the bundled GGUF converted
+   to a Hugging Face folder) and (b) the checkpoint trained in 3: vLLM's OpenAI server loads it
    and `podium ask` runs gym questions against it with a pool whose Conductor is `backend =
    "openai"`, `grammar_style = "vllm"`, `prefill = "continue"`, `constrained = true`:
    - *valid*: every answer comes from a planned, parsed workflow;
@@ -247,6 +252,65 @@ def server_rollouts(vllm_python: Path, base_url: str, model: Path, pool_path: Pa
                 "error": proc.stderr[-2000:]}
 
 
+def weight_sync(vllm_python: Path, model: Path) -> dict[str, Any]:
+    """`sync_probe` below, in vLLM's environment."""
+    proc = subprocess.run([str(vllm_python), __file__, "--sync-probe", str(model)],
+                          capture_output=True, text=True, check=False, env=vllm_env())
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"ok": False, "error": proc.stderr[-2000:]}
+
+
+def sync_probe(model: Path) -> dict[str, Any]:
+    """TRL's colocated weight sync, in isolation: an engine built as TRL builds it (after
+    `podium.train.rollout.vllm.keep_cpu_weights_live`, as `podium train` calls it), the
+    policy's weights moved by noise and loaded the way TRL loads them; vLLM's log-probabilities
+    of a fixed text must then be the moved policy's, not the original's."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from podium.train.rollout.vllm import keep_cpu_weights_live
+
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(free_port()))
+    keep_cpu_weights_live()
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=str(model), max_model_len=512, max_num_seqs=4, seed=0, dtype="float32",
+              distributed_executor_backend="external_launcher", max_num_batched_tokens=4096,
+              logprobs_mode="processed_logprobs")
+    ids = AutoTokenizer.from_pretrained(model)(
+        "What is 37 + 58? The answer is 95. Reverse the word 'tlimpa': aplmit.")["input_ids"]
+
+    def engine() -> Any:
+        out = llm.generate([{"prompt_token_ids": ids}],
+                           SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False)
+        return torch.tensor([next(iter(d.values())).logprob
+                             for d in out[0].prompt_logprobs[1:]])
+
+    def policy(m: Any) -> Any:
+        with torch.no_grad():
+            logits = m(torch.tensor([ids])).logits[0, :-1].float()
+        return torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+
+    hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    before = engine()
+    start = (before - policy(hf)).abs().max().item()
+    noise = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for _, p in hf.named_parameters():
+            p.add_(0.02 * p.std() * torch.randn(p.shape, generator=noise))
+    runner = llm.llm_engine.model_executor.driver_worker.model_runner
+    for name, p in hf.named_parameters():  # trl/generation/vllm_generation.py, sync_weights
+        runner.model.load_weights([(name, p.data)])
+    llm.reset_prefix_cache()
+    after = engine()
+    moved, off = (after - before).abs().max().item(), (after - policy(hf)).abs().max().item()
+    return {"ok": start < 1e-3 and off < 1e-3 and moved > 0.05, "start_diff": start,
+            "moved": moved, "synced_diff": off}
+
+
 def rollouts(base_url: str, model: Path, pool_path: Path) -> dict[str, Any]:
     """podium's server-mode rollout request (`podium.train.rollout.vllm.request_all`, through
     TRL's VLLMClient) for rows that see different parts of the pool: each completion must be
@@ -347,7 +411,13 @@ def main() -> int:
     parser.add_argument("--rollouts", nargs=3, metavar=("BASE_URL", "MODEL", "POOL"),
                         help="(run by the check in vLLM's environment) the server-mode "
                         "rollout probe alone, printed as JSON")
+    parser.add_argument("--sync-probe", type=Path, metavar="MODEL",
+                        help="(run by the check in vLLM's environment) the weight sync probe "
+                        "alone, printed as JSON")
     args = parser.parse_args()
+    if args.sync_probe:
+        print(json.dumps(sync_probe(args.sync_probe)))
+        return 0
     if args.rollouts:
         url, model, pool = args.rollouts
         print(json.dumps(rollouts(url, Path(model), Path(pool))))
@@ -362,6 +432,13 @@ def main() -> int:
         r = report["resolve"] = resolve(args.out)
         ok &= say("resolve podium[gpu]", r["ok"], ", ".join(
             f"{k} {v}" for k, v in r.get("versions", {}).items()) or r.get("error", ""))
+    from podium.train.model import resolve_model
+
+    w = report["weight_sync"] = weight_sync(args.vllm_python, Path(resolve_model("smollm2")))
+    ok &= say("weight sync: colocate", w["ok"],
+              f"vLLM against the policy {w['start_diff']:.1e} at start; moved {w['moved']:.2f} "
+              f"by noisy weights loaded as TRL loads them, then {w['synced_diff']:.1e} from the "
+              "moved policy" if "moved" in w else w.get("error", ""))
     final = args.out / "train" / "final"
     if args.skip_train and final.is_dir():
         t = report["train"] = {"ok": True, "checkpoint": str(final), "reused": True}
@@ -381,7 +458,6 @@ def main() -> int:
                   f"{o['steps']} steps, staleness {o['staleness']}, format errors "
                   f"{o['format_error']}, reward {fmt(o['reward'])}, grad norm "
                   f"{fmt(o['grad_norm'])}" + ("" if o["ok"] else f" (see {o['log']})"))
-    from podium.train.model import resolve_model
 
     targets = [("embedded", Path(resolve_model("smollm2")),
                 # subtasks bounded so the longest plan the grammar admits fits in max_tokens

@@ -240,6 +240,10 @@ def build(config: TrainConfig, *, make_trainer: bool = True,
     if rollout is not None:  # TRL's rollout_func is marked experimental; podium pins its TRL
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     quiet_unscorable_warning()
+    if config.vllm.enabled and config.vllm.mode == "colocate":
+        from podium.train.rollout.vllm import keep_cpu_weights_live
+
+        keep_cpu_weights_live()  # before TRL builds the engine: vLLM's CPU build packs weights
     trainer = grpo_trainer_class()  # TRL's, skipping completions with no advantage
     job.trainer = trainer(model=model, reward_funcs=[reward], args=args,
                           train_dataset=Dataset.from_list(

@@ -19,6 +19,9 @@ as TRL's rollout interface asks. They are vLLM's processed log-probabilities: af
 and the grammar's mask, of the distribution the rollout was sampled from rather than of the
 policy, which is why the training config refuses TRL's importance-sampling correction with
 grammar-held rollouts (docs/training.md has the measured ratios).
+
+On vLLM's CPU build, `keep_cpu_weights_live` (called by `podium train` before TRL builds a
+colocated engine) keeps the engine's linear layers on weights that TRL's sync can update.
 """
 
 from __future__ import annotations
@@ -40,6 +43,36 @@ def first_logprobs(logprobs: list[list[list[float | None]]] | None
     if logprobs is None:
         return None
     return [[lp[0] for lp in seq] for seq in logprobs]
+
+
+def keep_cpu_weights_live() -> None:
+    """On vLLM's CPU platform, keep every linear layer computing on its own weight, so that
+    weights loaded after start-up (TRL's colocated sync before each step) take effect.
+
+    Once a model has loaded, vLLM's CPU build hands each linear layer and the LM head to a packed
+    kernel (oneDNN, AMX or zentorch) built from a copy of the weight, and drops the linear
+    layers' own weights (`vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm`).
+    TRL's sync then has no parameter to load into (`AttributeError: 'Parameter' object has no
+    attribute 'weight_loader'`), and the LM head's packed copy would never see an update. This
+    replaces that dispatch, for 2-D weights, with `torch.nn.functional.linear` on the live
+    weight; call it before the engine is built. Nothing changes on other platforms."""
+    from vllm.model_executor.layers import utils
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu() or getattr(utils, "_podium_live_weights", False):
+        return
+    import torch
+
+    packed = utils.dispatch_cpu_unquantized_gemm
+
+    def live(layer: Any, remove_weight: bool) -> None:
+        if layer.weight.ndim != 2:  # not a linear layer (convolutions, MoE experts): vLLM's own
+            packed(layer, remove_weight)
+            return
+        layer.cpu_linear = torch.nn.functional.linear
+
+    utils.dispatch_cpu_unquantized_gemm = live
+    utils._podium_live_weights = True
 
 
 def colocate(llm: Any, base: dict[str, Any], prompt_ids: list[list[int]], grammars: list[str],
