@@ -32,13 +32,14 @@ a 7B run was measured here), and the overlap's own cost (`--speed` at L = 0) is 
         [--latencies 1 3] [--assignments 1 5 7] [--seeds 42 43 44]
         [--modes both|synchronous|overlapped] [--set grpo.overlap_loss=clipped ...]
         [--out benchmarks/results/train_overlap.json]
-    .venv/bin/python benchmarks/train_overlap.py --report benchmarks/results/train_overlap.json
+    .venv/bin/python benchmarks/train_overlap.py --report benchmarks/results/train_overlap*.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -175,34 +176,58 @@ def learning(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
                 r["overlap"], r["training_seed"], r["set"] = overlap, train_seed, list(args.set)
                 results.append(r)
                 write(args, {"learning": results})
-    print(f"\nsteps to the bar (median over training seeds {', '.join(map(str, args.seeds))}; "
-          f"a run that never reached it counts as {args.max_steps + args.eval_every}; '-': "
-          "the median run never reached it)")
-    print(f"{'ids 0, 1, 2':<34} {'synchronous':>12} {'overlapped':>11} {'ratio':>6}")
-    for seed in args.assignments:
-        mine = [r for r in results if r["seed"] == seed]
-        (a, each_a), (b, each_b) = (steps_to_bar([r for r in mine if r["overlap"] is v], args)
-                                    for v in (False, True))
-        ratio = f"{b / a:.2f}" if a and b else "-"
-        ok = a is not None and b is not None and b <= 1.25 * a
-        name = ", ".join(mine[0]["assignment"]) if mine else str(seed)
-        print(f"{name:<34} {a if a else '-':>12} {b if b else '-':>11} "
-              f"{ratio:>6} {'PASS' if ok else 'MISS'}   (each: {each_a} and {each_b})")
+    learning_report(results)
     gym_learning.plot(results, args.out.with_suffix(".png"), label=lambda r: (
         f"seed {r['seed']}, {'overlapped' if r['overlap'] else 'synchronous'}, "
         f"training seed {r['training_seed']}"))
     return results
 
 
-def steps_to_bar(runs: list[dict[str, Any]],
-                 args: argparse.Namespace) -> tuple[float | None, list[int | None]]:
-    """The median of the runs' steps to the bar (a run that never reached it: one evaluation
-    past the last step; None where that is the median, or there are no runs), and each run's
-    (None: not reached)."""
+def learning_report(results: list[dict[str, Any]]) -> None:
+    """For each recipe (the runs' `--set`) and assignment: every training seed's steps to the
+    bar, the medians and the target; then each mode's mean held-out accuracy over the
+    evaluations that every run of the recipe made (steps after 0)."""
+    recipes: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for r in results:
+        recipes.setdefault(tuple(r.get("set", [])), []).append(r)
+    for recipe, runs in recipes.items():
+        seeds = " ".join(map(str, sorted({r.get("training_seed", 42) for r in runs})))
+        print(f"\n{' '.join(recipe) or 'the recipe'}: the step each run first reached the bar "
+              f"('-': not by its last step), training seeds {seeds}; the medians")
+        print(f"{'ids 0, 1, 2':<30} {'synchronous':>12} {'overlapped':>12} {'ratio':>6}")
+        for seed in sorted({r["seed"] for r in runs}):
+            mine = sorted((r for r in runs if r["seed"] == seed),
+                          key=lambda r: r.get("training_seed", 42))
+            (a, each_a), (b, each_b) = (steps_to_bar([r for r in mine if r["overlap"] is v])
+                                        for v in (False, True))
+            ratio = f"{b / a:.2f}" if a and b else "-"
+            verdict = ("PASS" if b <= 1.25 * a else "MISS") if a and b else (
+                "MISS" if a else "undecided: no synchronous median"
+                if each_a else "no synchronous run")
+            print(f"{', '.join(mine[0]['assignment']):<30} {each_a:>12} {each_b:>12} "
+                  f"{ratio:>6}   medians {a or '-'} and {b or '-'}: {verdict}")
+        curves = {(r["seed"], r.get("training_seed", 42), r["overlap"]):
+                  {c["step"]: c["accuracy"] for c in r["curve"]} for r in runs}
+        common = sorted(set.intersection(*(set(c) for c in curves.values())) - {0})
+        if not common:
+            continue
+        for overlap in (False, True):
+            mine = [c for (_, _, o), c in curves.items() if o is overlap]
+            if mine:
+                print(f"  {'overlapped' if overlap else 'synchronous':<12} held-out mean over "
+                      f"steps {common[0]}-{common[-1]} of {len(mine)} runs: "
+                      f"{100 * statistics.fmean(c[s] for c in mine for s in common):.1f}%; "
+                      f"at step {common[-1]}: "
+                      f"{100 * statistics.fmean(c[common[-1]] for c in mine):.1f}%")
+
+
+def steps_to_bar(runs: list[dict[str, Any]]) -> tuple[float | None, str]:
+    """The median of the runs' steps to the bar (None where the median run never reached it,
+    or there are no runs), and each run's step, '-' where it did not."""
     each = [r["steps_to_bar"] for r in runs]
-    never = args.max_steps + args.eval_every
-    median = statistics.median(s if s is not None else never for s in each) if each else never
-    return (median if median <= args.max_steps else None), each
+    median = statistics.median(s if s is not None else math.inf for s in each) if each else None
+    return (median if median is not None and median < math.inf else None), " ".join(
+        str(s) if s is not None else "-" for s in each)
 
 
 # The paper recipe's step (PAPER.md §8: 4 questions x 64 rollouts, completions <= 1,024
@@ -264,14 +289,19 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a training setting of every run (podium train's --set)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/train_overlap.json"))
-    parser.add_argument("--report", type=Path, metavar="JSON",
-                        help="report the speed runs this script saved in JSON; run nothing")
+    parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",
+                        help="report the runs this script saved in these JSONs; run nothing")
     args = parser.parse_args()
     if args.learning and any(item.split("=", 1)[0].strip() == "grpo.seed" for item in args.set):
         parser.error("--set grpo.seed: the training seeds are --seeds (e.g. --seeds 43)")
     if args.report:
-        gains = report(json.loads(args.report.read_text())["speed"]["runs"])
-        paper(1 / gains[0.0] - 1)
+        saved = [json.loads(path.read_text()) for path in args.report]
+        for part in saved:
+            if "speed" in part:
+                gains = report(part["speed"]["runs"])
+                paper(1 / gains[0.0] - 1)
+        if any("learning" in part for part in saved):
+            learning_report([r for part in saved for r in part.get("learning", [])])
         return
     if not args.learning:
         args.speed = True
