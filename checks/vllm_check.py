@@ -240,31 +240,33 @@ async def grammar_probes(pool_path: Path) -> dict[str, Any]:
             "malformed_refused": refused, "malformed": error}
 
 
-def server_rollouts(vllm_python: Path, base_url: str, model: Path, pool_path: Path
-                    ) -> dict[str, Any]:
-    """`rollouts` below, in vLLM's environment (TRL's VLLMClient imports vLLM)."""
-    proc = subprocess.run([str(vllm_python), __file__, "--rollouts", base_url, str(model),
-                           str(pool_path)], capture_output=True, text=True, check=False)
+def in_vllm(vllm_python: Path, probe: list[str], failed: dict[str, Any]) -> dict[str, Any]:
+    """This script's `probe` options run in vLLM's environment; the JSON it printed last, or
+    `failed` with the end of its stderr."""
+    proc = subprocess.run([str(vllm_python), __file__, *probe], capture_output=True, text=True,
+                          check=False, env=vllm_env())
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
-        return {"ok": False, "rows": 0, "requests": 0, "held": [], "logprobs_per_token": False,
-                "error": proc.stderr[-2000:]}
+        return {**failed, "ok": False, "error": proc.stderr[-2000:]}
+
+
+def server_rollouts(vllm_python: Path, base_url: str, model: Path, pool_path: Path
+                    ) -> dict[str, Any]:
+    """`rollouts` below, in vLLM's environment (TRL's VLLMClient imports vLLM)."""
+    return in_vllm(vllm_python, ["--rollouts", base_url, str(model), str(pool_path)],
+                   {"rows": 0, "requests": 0, "held": [], "logprobs_per_token": False})
 
 
 def weight_sync(vllm_python: Path, model: Path) -> dict[str, Any]:
     """`sync_probe` below, in vLLM's environment."""
-    proc = subprocess.run([str(vllm_python), __file__, "--sync-probe", str(model)],
-                          capture_output=True, text=True, check=False, env=vllm_env())
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        return {"ok": False, "error": proc.stderr[-2000:]}
+    return in_vllm(vllm_python, ["--sync-probe", str(model)], {})
 
 
 def sync_probe(model: Path) -> dict[str, Any]:
-    """TRL's colocated weight sync, in isolation: an engine built as TRL builds it (after
-    `podium.train.rollout.vllm.keep_cpu_weights_live`, as `podium train` calls it), the
+    """TRL's colocated weight sync, in isolation: an engine built as TRL builds it (the external
+    launcher, processed log-probabilities; float32 here, so that it can match the policy) after
+    `podium.train.rollout.vllm.keep_cpu_weights_live`, as `podium train` calls it; the
     policy's weights moved by noise and loaded the way TRL loads them; vLLM's log-probabilities
     of a fixed text must then be the moved policy's, not the original's."""
     import torch
