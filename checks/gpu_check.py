@@ -118,7 +118,7 @@ def zero3(config: str) -> None:
 def report(work: str) -> None:
     root = Path(work)
     out: dict[str, object] = {"when": time.strftime("%Y-%m-%d %H:%M:%S")}
-    for run in ("out", "recursion", "out-vllm", "out-sync", "out-overlap"):
+    for run in ("out", "recursion", "out-vllm", "out-sync", "out-overlap", "out-zero3"):
         path = root / run / "metrics.jsonl"
         if not path.is_file():
             out[run] = "no metrics.jsonl" if run != "out-vllm" else "not run (no vLLM)"

@@ -9,11 +9,15 @@
 # The runs: a tiny Llama (built from a config with the bundled tokenizer) trains 2 GRPO steps
 # on sums with grammar-held rollouts and function workers, checkpointing every step; --resume
 # takes it to step 3; 4 steps with a worker 2 s late, synchronous and overlapped ([grpo]
-# overlap; the report has each run's generation, waiting and training a step); a probe says whether ZeRO-3 partitioned the policy as it loaded (gpu
-# only); the recursion fine-tune runs from its final/; where vLLM is installed, 2 steps with
-# grammar-held rollouts by colocated vLLM; `podium ask` reloads final/ and answers.
+# overlap; the report has each run's generation, waiting and training a step); under DeepSpeed
+# ZeRO-3 (cpu: 2 processes on gloo, DeepSpeed installed for the check), a probe says whether
+# the policy was partitioned as it loaded, and 2 overlapped steps checkpointed every step are
+# taken to step 4 by --resume; the recursion fine-tune runs from its final/; where vLLM is
+# installed, 2 steps with grammar-held rollouts by colocated vLLM; `podium ask` reloads final/
+# and answers.
 # Every figure goes to one log, $OUT/gpu_check.log (else runs/gpu_check/gpu_check.log), and
-# report.json beside it. Nothing is fetched: the GPU machine installs the carried wheels.
+# report.json beside it. The GPU machine fetches nothing: it installs the carried wheels;
+# cpu fetches DeepSpeed from PyPI into $WORK-deepspeed where the venv lacks it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-cpu}
@@ -74,12 +78,8 @@ step() {  # step NAME COMMAND...: run, time and log one part
     return $rc
 }
 
-run_all() {
-    local launch
-    if [ "$MODE" = gpu ]; then
-        install_wheels
-        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-        cat > "$WORK.yaml" <<EOF
+zero3_yaml() {  # zero3_yaml PROCESSES PRECISION USE_CPU: accelerate's DeepSpeed ZeRO-3 config
+    cat > "$WORK-zero3.yaml" <<EOF
 compute_environment: LOCAL_MACHINE
 distributed_type: DEEPSPEED
 deepspeed_config:
@@ -88,19 +88,41 @@ deepspeed_config:
   zero3_save_16bit_model: true
   offload_optimizer_device: none
   offload_param_device: none
-mixed_precision: bf16
+mixed_precision: '$2'
 machine_rank: 0
 num_machines: 1
-num_processes: 1
+num_processes: $1
 main_training_function: main
 rdzv_backend: static
 same_network: true
-use_cpu: false
+use_cpu: $3
 EOF
-        launch=("$PY" -m accelerate.commands.launch --config_file "$WORK.yaml")
+}
+
+deepspeed_cpu() {  # cpu: DeepSpeed (its CPU accelerator, gloo) in $WORK-deepspeed unless $PY has it
+    "$PY" -c "import deepspeed" 2>/dev/null && return 0
+    local site=$WORK-deepspeed
+    PYTHONPATH=$site "$PY" -c "import deepspeed" 2>/dev/null ||
+        DS_BUILD_OPS=0 "$PY" -m pip install -q --no-deps --no-build-isolation --target "$site" \
+            "$DEEPSPEED" hjson msgpack ninja py-cpuinfo nvidia-ml-py einops || return 1
+    export PYTHONPATH=$site:$PYTHONPATH
+}
+
+run_all() {
+    local launch zero3=()
+    if [ "$MODE" = gpu ]; then
+        install_wheels
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+        zero3_yaml 1 bf16 false
+        launch=("$PY" -m accelerate.commands.launch --config_file "$WORK-zero3.yaml")
+        zero3=("${launch[@]}")
     else
         export PYTHONPATH=$PWD OMP_NUM_THREADS=1
         launch=("$PY" -m torch.distributed.run --nproc_per_node 2)
+        if deepspeed_cpu; then
+            zero3_yaml 2 no true
+            zero3=("$PY" -m accelerate.commands.launch --config_file "$WORK-zero3.yaml")
+        fi
     fi
     export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
     "$PY" -c "import torch, transformers, trl, accelerate; print('torch', torch.__version__, \
@@ -121,10 +143,18 @@ trl.__version__, 'accelerate', accelerate.__version__)"
     step late-overlap env PODIUM_TEST_LATE_S=2 "${launch[@]}" -m podium.cli.main train \
         --config "$WORK/late.toml" --set grpo.max_steps=4 --set grpo.save_steps=4 \
         --set grpo.overlap=true --set "output.dir=$WORK/out-overlap" || failed=1
-    if [ "$MODE" = gpu ]; then
-        step zero3 "${launch[@]}" checks/gpu_check.py zero3 "$WORK/train.toml" || failed=1
+    if [ ${#zero3[@]} -gt 0 ]; then
+        step zero3 "${zero3[@]}" checks/gpu_check.py zero3 "$WORK/train.toml" || failed=1
+        # overlapped under ZeRO-3, checkpointed every step, then taken further by --resume
+        step zero3-overlap env PODIUM_TEST_LATE_S=2 "${zero3[@]}" -m podium.cli.main train \
+            --config "$WORK/late.toml" --set grpo.overlap=true --set grpo.max_steps=2 \
+            --set grpo.save_steps=1 --set "output.dir=$WORK/out-zero3" || failed=1
+        step zero3-resume env PODIUM_TEST_LATE_S=2 "${zero3[@]}" -m podium.cli.main train \
+            --config "$WORK/late.toml" --set grpo.overlap=true --set grpo.max_steps=4 \
+            --set grpo.save_steps=1 --set "output.dir=$WORK/out-zero3" --resume || failed=1
     else
-        echo "== zero3: skipped (DeepSpeed ZeRO-3 needs a GPU)"
+        echo "== zero3: FAILED (DeepSpeed could not be installed for $PY: pip needs PyPI)"
+        failed=1
     fi
     step recursion "${launch[@]}" -m podium.cli.main train --config "$WORK/recursion.toml" \
         || failed=1
