@@ -96,7 +96,7 @@ def resolve(out: Path) -> dict[str, Any]:
         return {"ok": False, "error": run.stderr[-2000:]}
     chosen = {i["metadata"]["name"].lower(): i["metadata"]["version"]
               for i in json.loads(report.read_text())["install"]}
-    keep = ("vllm", "deepspeed", "torch", "transformers", "trl", "xgrammar", "accelerate", "peft")
+    keep = ("vllm", "deepspeed", "torch", "transformers", "trl", "xgrammar", "accelerate")
     return {"ok": True, "versions": {k: chosen.get(k) for k in keep},
             "seconds": round(time.monotonic() - started, 1)}
 
