@@ -227,15 +227,12 @@ def steps_to_bar(runs: list[dict[str, Any]]) -> tuple[Median, str]:
     step N + 1 at the soonest, or never)."""
     if not runs:
         return None, "-"
-    soonest, latest, each = [], [], []
-    for r in runs:
-        if r["steps_to_bar"] is not None:
-            soonest.append(r["steps_to_bar"]), latest.append(r["steps_to_bar"])
-            each.append(str(r["steps_to_bar"]))
-        else:
-            last = max(c["step"] for c in r["curve"])
-            soonest.append(last + 1), latest.append(math.inf), each.append(f">{last}")
-    return (statistics.median(soonest), statistics.median(latest)), " ".join(each)
+    last = [max(c["step"] for c in r["curve"]) for r in runs]
+    reached = [r["steps_to_bar"] for r in runs]
+    soonest = [s if s is not None else n + 1 for s, n in zip(reached, last, strict=True)]
+    latest = [s if s is not None else math.inf for s in reached]
+    each = " ".join(str(s) if s is not None else f">{n}" for s, n in zip(reached, last, strict=True))
+    return (statistics.median(soonest), statistics.median(latest)), each
 
 
 def span(median: Median) -> str:
