@@ -42,6 +42,7 @@ is its place in the whole step, so the processes of a job never share a cached a
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -97,16 +98,18 @@ class ConductorReward:
                  recorder: StepRecorder) -> None:
         self.scorer, self.data, self.rows, self.spec = scorer, data, rows, spec
         self.settings, self.recorder = settings, recorder
-        self.calls = 0
+        self.calls: Counter[int] = Counter()  # calls made for each step so far
 
-    async def _one(self, place: int, step: int, completion: Any, ids: Sequence[int], row: Row,
-                   info: RolloutInfo) -> Scored:
-        """One rollout run and graded; `place` is its index in the whole step (the same
-        however many processes share the step), which keys its cached replies."""
+    async def _one(self, place: int, step: int, call: int, completion: Any, ids: Sequence[int],
+                   row: Row, info: RolloutInfo) -> Scored:
+        """One rollout run and graded. Its sample id, which keys its cached replies, is
+        the step, the call's number within the step and `place`, its index in the whole step
+        (the same however many processes share the step): never when the call ran, so that a
+        rerun, a `--resume` and an overlapped run ask the cache the same questions."""
         task, item = self.data.item(row.task, row.item)
         return await self.scorer.score(row, completion_text(completion), task, item,
                                        info=info, tokens=len(ids),
-                                       sample_id=f"train:{step}:{self.calls}:{place}")
+                                       sample_id=f"train:{step}:{call}:{place}")
 
     async def __call__(self, prompts: list, completions: list, completion_ids: list,
                        row: list[int], trainer_state: Any = None,
@@ -119,14 +122,16 @@ class ConductorReward:
         with `[grpo] overlap` the trainer names a later one)."""
         if step is None:
             step = getattr(trainer_state, "global_step", 0) + 1
+        call = self.calls[step]  # taken before the first await: in the order the calls came
+        self.calls[step] += 1
         n = len(completions)
         infos = podium_rollout or [RolloutInfo()] * n
         rows = [self.rows[i] for i in row]
         first = self.settings.first(n)
         done = await asyncio.gather(*(
-            self._one(first + i, step, completions[i], completion_ids[i], rows[i], infos[i])
+            self._one(first + i, step, call, completions[i], completion_ids[i], rows[i],
+                      infos[i])
             for i in range(n)))
-        self.calls += 1
         rounds = [info.round for info in infos]
         rewards = [reward_of(s.outcome, self.spec, r) for s, r in zip(done, rounds, strict=True)]
         recursion = self.settings.recursion if podium_rollout is not None else None

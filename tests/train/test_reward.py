@@ -340,3 +340,57 @@ def test_a_rollout_or_vllm_key_under_grpo_is_refused_naming_its_place(key):
                                           rf"{section}\.{name} \(in the \[{section}\] section\)"):
         train_config_from_dict({"data": {"tasks": [{"name": "gsm8k"}]}, "grpo": {key: 1}})
     assert name in {"rollout": RolloutSection, "vllm": VllmSection}[section].model_fields
+
+
+class GatedScorer(Scorer):
+    """A scorer that records each rollout's sample id and holds the rollouts of the steps in
+    `held` until `release` is set."""
+
+    def __init__(self, pipeline: Pipeline, held: set[int]) -> None:
+        super().__init__(pipeline)
+        self.ids: list[str] = []
+        self.held, self.release = held, asyncio.Event()
+
+    async def score(self, row, text, task, item, *, sample_id="", **kwargs):
+        self.ids.append(str(sample_id))
+        if int(str(sample_id).split(":")[1]) in self.held:
+            await self.release.wait()
+        return await super().score(row, text, task, item, sample_id=sample_id, **kwargs)
+
+
+def test_sample_ids_name_the_step_and_call_not_when_the_call_ran(tmp_path):
+    """An overlapped run starts step 2's workflows while step 1's still run; the ids that key
+    the cached replies must be those of a synchronous run, and of a run resumed at step 2."""
+    data = data_with(tmp_path, SubpoolSection())
+    plan = 'model_id = [1]\nsubtasks = ["Add"]\naccess_list = [[]]'
+
+    async def ids(schedule: str) -> list[str]:
+        async with Pipeline(POOL, settings=POOL.run.model_copy(update={"fallback": False})
+                            ) as pipe:
+            scorer = GatedScorer(pipe, {1} if schedule == "overlapped" else set())
+            reward = ConductorReward(scorer, data, [data.rows[0]], RewardSection(),
+                                     RolloutSettings(group=2), StepRecorder(None, 0))
+
+            def call(step: int):
+                return reward(prompts=["", ""], completions=[plan, plan],
+                              completion_ids=[[1], [1]], row=[0, 0], step=step)
+
+            if schedule == "synchronous":
+                for step in (1, 2, 2):
+                    assert await call(step) == [1.0, 1.0]
+            elif schedule == "resumed at 2":
+                for step in (2, 2):
+                    await call(step)
+            else:  # step 1 still running while both of step 2's calls run and finish
+                first = asyncio.ensure_future(call(1))
+                await asyncio.sleep(0)
+                assert await call(2) == [1.0, 1.0] and await call(2) == [1.0, 1.0]
+                scorer.release.set()
+                assert await first == [1.0, 1.0]
+            return sorted(scorer.ids)
+
+    synchronous = asyncio.run(ids("synchronous"))
+    assert synchronous == ["train:1:0:0", "train:1:0:1", "train:2:0:0", "train:2:0:1",
+                           "train:2:1:0", "train:2:1:1"]
+    assert asyncio.run(ids("overlapped")) == synchronous
+    assert asyncio.run(ids("resumed at 2")) == synchronous[2:]
