@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -98,7 +99,7 @@ class RecursionRollout:
         self.tokenizer = tokenizer
         self.rows = {row.prompt: row for row in rows}
         self.grammars = grammars  # None: TRL's own generation
-        self.calls = 0
+        self.calls: Counter[int] = Counter()  # calls made for each step so far
 
     def specs(self, rows: list[Row], revise: bool,
               spent: list[float] | None = None) -> list[GrammarSpec]:
@@ -133,8 +134,9 @@ class RecursionRollout:
         # vLLM's sampled log-probabilities, for TRL's importance-sampling correction
         logprob = (dict(zip(first, lp0, strict=True)) if lp0 is not None and trl.uses_vllm
                    else None)
-        self.calls += 1
         step = trl.step
+        call = self.calls[step]  # with the step, keys the round-0 runs' cached replies
+        self.calls[step] += 1
         rows = {i: self.rows[prompts[i]] for i in sorted(set(second.values()))}
 
         async def run_round0() -> list[RunResult]:
@@ -142,7 +144,7 @@ class RecursionRollout:
                 self.scorer.run(
                     rows[i], self.tokenizer.decode(completion[i], skip_special_tokens=True),
                     tokens=len(completion[i]),
-                    sample_id=f"rec:{step}:{self.calls}:{first_place + i}")
+                    sample_id=f"rec:{step}:{call}:{first_place + i}")
                 for i in rows))
 
         # on TRL's loop, where the pipeline's clients live
