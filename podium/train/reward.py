@@ -36,7 +36,8 @@ rollouts per step go to `transcripts.jsonl` with their prompt, completion, workf
 and reward, under the number of the step they train (metrics.jsonl's): one of each reward value
 first, best first and dropped last, the policy's own and the explored ones counted apart, so a
 step whose own rollouts are all wrong still shows one. A rollout's response-cache sample id
-is its place in the whole step, so the processes of a job never share a cached answer.
+is its step, the reward call's number within the step and its place in the whole step: the
+processes of a job never share a cached answer, and it never depends on when a call ran.
 """
 
 from __future__ import annotations
