@@ -31,7 +31,9 @@ A TRL upgrade must check each of these against the new `trl/trainer/grpo_trainer
   output under `zero_advantage.GENERATING`, where `_compute_loss` (through `_trl_loss`) finds
   them: its call of `_get_per_token_logps_and_entropies` multiplies each token's advantage by
   min(pi_old / pi_generating, cap) before TRL's loss reads `advantages` (a (B, T) tensor,
-  which TRL's loss accepts), and logs the weights. TRL's `pad`,
+  which TRL's loss accepts), and logs the weights. A token an explored plan's draw chose
+  (`rollout.row.DRAWN`) is kept as NaN and weighs 1; with "clipped" its old log-probability
+  is the current policy's, from a forward pass. TRL's `pad`,
   `trl.models.utils.disable_gradient_checkpointing`, `pad_to_multiple_of`, `_step`,
   `reward_funcs` and `state.max_steps` are read for it.
 * `_get_per_token_logps_and_entropies(...)` runs TRL's under `completions_only_on_cpu`:
@@ -73,7 +75,7 @@ from podium.train.overlap import (
     new_entries,
     rows_of,
 )
-from podium.train.rollout.row import LOGPROBS
+from podium.train.rollout.row import DRAWN, LOGPROBS
 from podium.train.zero_advantage import GENERATING, active_rows, cuttable, take_rows
 
 T = TypeVar("T")
@@ -183,6 +185,8 @@ def grpo_trainer_class() -> type:
             vllm_weighs = self.use_vllm and self.vllm_importance_sampling_correction
             clipped = self.decoupled_cap is None
             every = t.args.steps_per_generation * self.num_iterations
+            if clipped:  # a drawn token's ratio is taken around the policy the update starts from
+                old = self._drawn_now(old, started)
             if clipped and (self.args.gradient_accumulation_steps % every != 0 or vllm_weighs):
                 self._old_once = old  # TRL takes its old log-probabilities from a forward
             self._replaying = started
@@ -205,7 +209,8 @@ def grpo_trainer_class() -> type:
             generated = GRPOTrainer._generate(self, prompts)
             logged = new_entries(self._metrics["train"], before)
             prompt_ids, completion_ids, _, completions, _, extra, _, _ = generated
-            old = self._generating_logps(prompt_ids, completion_ids, extra.pop(LOGPROBS, None))
+            old = self._generating_logps(prompt_ids, completion_ids, extra.pop(LOGPROBS, None),
+                                         extra.pop(DRAWN, None))
             self.times.generation += time.perf_counter() - begin
             rows = [dict(x) for x in batch]  # the reward's columns, as _calculate_rewards makes
             for key, values in extra.items():
@@ -222,13 +227,19 @@ def grpo_trainer_class() -> type:
 
         def _generating_logps(self, prompt_ids: list[list[int]],
                               completion_ids: list[list[int]],
-                              recorded: list[list[float] | None] | None) -> list[list[float]]:
+                              recorded: list[list[float] | None] | None,
+                              drawn: list[list[bool] | None] | None = None) -> list[list[float]]:
             """Each row's log-probabilities under the policy that generated the batch: those
             recorded while sampling, and a forward pass now for the rest (rows written, not
-            sampled). Every process of a job makes that forward, over all its rows, when any
-            process needs it (under ZeRO-3 a forward takes every process)."""
-            have = recorded if recorded is not None else [None] * len(completion_ids)
-            missing = [i for i, r in enumerate(have) if r is None]
+            sampled), NaN for each token an explored plan's draw chose (`drawn`): no policy
+            chose it, so staleness does not change how likely it was. Every process of a job
+            makes that forward, over all its rows, when any process needs it (under ZeRO-3 a
+            forward takes every process)."""
+            n = len(completion_ids)
+            have = recorded if recorded is not None else [None] * n
+            chose = drawn if drawn is not None else [None] * n
+            missing = [i for i, r in enumerate(have)
+                       if r is None and not (chose[i] is not None and all(chose[i] or ()))]
             if self.accelerator.num_processes > 1:
                 count = torch.tensor([len(missing)], device=self.accelerator.device)
                 if int(self.accelerator.gather(count).sum()):
@@ -238,7 +249,32 @@ def grpo_trainer_class() -> type:
                 now = dict(zip(missing, self._logps_now([prompt_ids[i] for i in missing],
                                                         [completion_ids[i] for i in missing]),
                                strict=True))
-            return [r if r is not None else now[i] for i, r in enumerate(have)]
+            logps = [r if r is not None else now.get(i, [math.nan] * len(completion_ids[i]))
+                     for i, r in enumerate(have)]
+            return [lp if d is None else [math.nan if x else v for v, x in zip(lp, d, strict=True)]
+                    for lp, d in zip(logps, chose, strict=True)]
+
+        def _drawn_now(self, old: Any, started: Started) -> Any:
+            """`old` (the padded generating log-probabilities) with each drawn token's NaN
+            replaced by the log-probability the policy gives it now, the policy the update
+            starts from (a forward pass over the rows that have one; every process makes it
+            when any does, as `_generating_logps`)."""
+            drawn = old.isnan()
+            rows = drawn.any(1)
+            count = rows.sum().reshape(1)
+            if self.accelerator.num_processes > 1:
+                count = self.accelerator.gather(count)
+            if not int(count.sum()):
+                return old
+            prompt_ids, completion_ids = started.generated[0], started.generated[1]
+            pick = [i for i in range(len(completion_ids)) if rows[i]] or list(
+                range(len(completion_ids)))  # (a forward all the same: the others need it)
+            now = torch.zeros_like(old)
+            for i, lp in zip(pick, self._logps_now([prompt_ids[i] for i in pick],
+                                                   [completion_ids[i] for i in pick]),
+                             strict=True):
+                now[i, :len(lp)] = torch.tensor(lp, dtype=old.dtype)
+            return torch.where(drawn, now, old)
 
         def _logps_now(self, prompt_ids: list[list[int]],
                        completion_ids: list[list[int]]) -> list[list[float]]:
@@ -279,15 +315,19 @@ def grpo_trainer_class() -> type:
             """The decoupled loss: each token's advantage times the truncated importance
             weight min(pi_old / pi_generating, cap), where pi_old is the policy the update
             starts from (TRL's old log-probabilities, or the current ones when TRL takes
-            none), so that TRL's ratio and clip are taken around pi_old."""
+            none), so that TRL's ratio and clip are taken around pi_old; 1 for a token an
+            explored plan's draw chose (NaN), as in a synchronous step. The logged weights are
+            those of the tokens the policy sampled."""
             cap = self.decoupled_cap
             assert cap is not None  # (set when the trainer hands on GENERATING)
             proximal = inputs.get("old_per_token_logps")
             proximal = current if proximal is None else proximal
-            weight = torch.exp(proximal - inputs.pop(GENERATING)).clamp(max=cap)
+            generating = inputs.pop(GENERATING)
+            sampled = ~generating.isnan()
+            weight = torch.where(sampled, torch.exp(proximal - generating).clamp(max=cap), 1.0)
             learning = inputs["advantages"] != 0  # (a filler row's weights count for nothing)
             inputs["advantages"] = inputs["advantages"].reshape(-1, 1) * weight
-            kept = weight[inputs["completion_mask"].bool() & learning.reshape(-1, 1)]
+            kept = weight[inputs["completion_mask"].bool() & learning.reshape(-1, 1) & sampled]
             if self._weights is None:
                 self._weights = torch.zeros(3, device=self.accelerator.device)
             self._weights += torch.stack([kept.sum(), kept.new_tensor(kept.numel()),

@@ -15,8 +15,11 @@ times min(pi_start / pi_generating, cap) beside a ratio taken around the policy 
 starts from ("decoupled"), or the ratio itself taken against them ("clipped"); never the
 current policy alone (where the ratio would be 1). They are the log-probabilities podium's own
 transformers generation recorded while sampling (`podium.train.grpo.PolicyLogprobs`), or, for
-the rows nothing recorded (vLLM's, TRL's own generation's, a written completion's), one
-forward pass of the generating policy right after generation.
+the rows nothing recorded (vLLM's, TRL's own generation's), one forward pass of the generating
+policy right after generation. The tokens of an explored plan that its draw chose
+(`podium.train.rollout.explore.drawn_tokens`) were chosen by no policy: they are kept as NaN
+and weighed as a synchronous step weighs them (weight 1, or the ratio around the policy the
+update starts from).
 
 The schedule, each step (`podium.train.grpo` holds the TRL side):
 
@@ -90,9 +93,9 @@ class Started:
     step: the update it trains; generated_at: optimizer updates done when it was generated;
     generated: what TRL's generation returned for it; logged: the metrics TRL's generation
     logged (logged again with the step that trains it); old_logps: the generating policy's
-    log-probability of each completion token; rewards: the future of its rewards (one per
-    completion, None: unscorable); started, finished: when its workflows started and ended
-    (`time.perf_counter`)."""
+    log-probability of each completion token (NaN: a token an explored plan's draw chose);
+    rewards: the future of its rewards (one per completion, None: unscorable); started,
+    finished: when its workflows started and ended (`time.perf_counter`)."""
 
     rows: tuple[int, ...]
     step: int

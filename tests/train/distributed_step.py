@@ -28,8 +28,11 @@ WRONG = '0]\nsubtasks = ["Answer zero"]\naccess_list = [[]]'
 
 
 class FixedRollout:
-    def __init__(self, completions: list[str], tokenizer) -> None:
-        self.completions, self.tokenizer = completions, tokenizer
+    """The fixed completions; with `drawn`, each RIGHT one is an explored plan: its plan's
+    tokens (`drawn_tokens`) are marked as its draw's choice."""
+
+    def __init__(self, completions: list[str], tokenizer, drawn: bool = False) -> None:
+        self.completions, self.tokenizer, self.drawn = completions, tokenizer, drawn
 
     def __call__(self, prompts: list[str], trainer) -> dict:
         offset = trainer.accelerator.process_index * len(prompts)
@@ -37,7 +40,15 @@ class FixedRollout:
         done = [self.tokenizer(self.completions[(offset + i) % len(self.completions)],
                                add_special_tokens=False)["input_ids"]
                 + [self.tokenizer.eos_token_id] for i in range(len(prompts))]
-        return {"prompt_ids": ids, "completion_ids": done, "logprobs": None}
+        out = {"prompt_ids": ids, "completion_ids": done, "logprobs": None}
+        if self.drawn:
+            from podium.train.rollout.explore import drawn_tokens
+            from podium.train.rollout.row import DRAWN
+
+            out[DRAWN] = [drawn_tokens(self.tokenizer, c, False)
+                          if self.tokenizer.decode(c, skip_special_tokens=True) == RIGHT
+                          else None for c in done]
+        return out
 
 
 class SaveGradients(TrainerCallback):

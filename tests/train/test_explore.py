@@ -115,3 +115,66 @@ def test_a_drawn_plan_with_the_question_as_subtasks_is_written_as_its_grammar_ad
     free = RunSettings(prompt="compact-reason", max_steps=2, max_subtask_chars=72)
     rollout.grammars = SimpleNamespace(settings=free)
     assert rollout.written("P", skeleton, 128) is None  # reasoning first: sampled
+
+
+def test_an_explored_rollout_says_which_tokens_its_draw_chose(tokenizer):
+    """An explored rollout's plan (ids, access values, the lists around them, the end token)
+    is its draw's; its subtask strings are the policy's, and a rollout of the policy's own
+    has no drawn tokens at all (`drawn` None)."""
+    from types import SimpleNamespace
+
+    from podium.config import RunSettings
+    from podium.train.rollout.constrained import ConstrainedRollout
+    from podium.train.rollout.row import Row
+    from podium.train.rollout.settings import RolloutSettings
+
+    subtask = "Add them up"
+
+    def text(skeleton) -> str:
+        ids, access = skeleton if skeleton is not None else ((1,), ("[]",))
+        return (", ".join(map(str, ids)) + "]\nsubtasks = ["
+                + ", ".join([f'"{subtask}"'] * len(ids)) + "]\naccess_list = ["
+                + ", ".join(access) + "]")
+
+    def sample(prompt_ids, specs):  # the sampler, writing the plan each row's grammar holds
+        made = [tokenizer(text(s.skeleton), add_special_tokens=False)["input_ids"]
+                + [tokenizer.eos_token_id] for s in specs]
+        return made, [[-0.5] * len(c) for c in made]
+
+    settings = RunSettings(prompt="compact-defined", max_steps=2, max_subtask_chars=24)
+    grammars = SimpleNamespace(settings=settings, shown_ids=lambda workers: [0, 1, 2],
+                               fits=lambda workers, budget: None, held=lambda row: None,
+                               processor=lambda specs: specs)
+    rows = [Row([], "What is 2 + 5?", "gym", "0", prompt="P")]
+    rollout = ConstrainedRollout(grammars, tokenizer, rows, RolloutSettings(
+        group=8, credit="plan", explore=0.5))
+    trl = SimpleNamespace(uses_vllm=False, max_completion_tokens=64, sample=sample)
+    out = rollout(["P"] * 8, trl)
+    assert out.drawn is not None and out.info is not None
+    assert [d is not None for d in out.drawn] == [i.explored for i in out.info]
+    assert sum(i.explored for i in out.info) == 4
+    for ids, drawn in zip(out.completion_ids, out.drawn, strict=True):
+        if drawn is None:
+            continue
+        steps = tokenizer.decode(ids, skip_special_tokens=True).count(subtask)
+        mine = "".join(tokenizer.decode([t]) for t, d in zip(ids, drawn, strict=True) if not d)
+        assert mine.strip() == "[" + ", ".join([f'"{subtask}"'] * steps) + "]"
+        assert drawn[-1] and ids[-1] == tokenizer.eos_token_id
+
+
+def test_reasoning_before_the_plan_is_the_policys_and_held_subtasks_are_the_draws(tokenizer):
+    from podium.train.rollout.explore import drawn_tokens
+
+    text = 'Think first.\nmodel_id = [2, 0]\nsubtasks = ["Reverse it", "Count them"]' \
+           '\naccess_list = [[], "all"]'
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    for held in (False, True):
+        drawn = drawn_tokens(tokenizer, ids, held)
+        mine = "".join(tokenizer.decode([t]) for t, d in zip(ids, drawn, strict=True) if not d)
+        assert mine.startswith("Think first.\nmodel_id = [")
+        assert ("Reverse it" in mine) != held and ("Count them" in mine) != held
+        assert "all" not in mine.removeprefix("Think first.\nmodel_id = [")
+    cut = ids[:ids.index(tokenizer("Reverse", add_special_tokens=False)["input_ids"][0]) + 1]
+    drawn = drawn_tokens(tokenizer, cut, False)  # cut inside its first subtask
+    assert not drawn[-1] and drawn[cut.index(tokenizer("2", add_special_tokens=False)
+                                               ["input_ids"][0])]

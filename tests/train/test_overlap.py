@@ -5,10 +5,13 @@ The maths: the batch the second update trains was generated while the first upda
 yet been taken (the overlapped runs keep two steps' batches in flight, `max_staleness = 2`),
 so the log-probabilities the untrained policy gave it must enter its loss: as the ratio's
 denominator ("clipped"), or as each token's importance weight beside a ratio taken around the
-policy the update starts from ("decoupled"). The tests recompute that update's gradient by
-hand from the weights before each update and compare it with the trainer's; the same
-computation on-policy (the ratio against the current policy, no weight) gives another
-gradient, which the trainer's must not be. The order: both runs train the same questions at
+policy the update starts from ("decoupled"). Each RIGHT completion is an explored plan, whose
+plan tokens its draw chose, not the policy: those are weighed as a synchronous step weighs them
+(the ratio around the policy the update starts from, no weight). The tests recompute that
+update's gradient by hand from the weights before each update and compare it with the
+trainer's; the same computation on-policy (the ratio against the current policy, no weight),
+or with the drawn tokens weighed like the sampled ones, gives another gradient, which the
+trainer's must not be. The order: both runs train the same questions at
 the same steps. A kill while a batch's workflows are in flight, then `--resume`: every step
 is trained and logged once.
 """
@@ -16,6 +19,7 @@ is trained and logged once.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -35,6 +39,7 @@ import podium.train.trainer as trainer_module  # noqa: E402
 from podium.checkpoint import CARD  # noqa: E402
 from podium.testing.recipe import sums_recipe  # noqa: E402
 from podium.train.config import load_train_config  # noqa: E402
+from podium.train.rollout.explore import drawn_tokens  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -89,7 +94,8 @@ def train(root: Path, tokenizer, overlap: bool, config: Path | None = None,
     def fixed(*args, **kwargs):
         job = build(*args, **kwargs)
         trainer = job.trainer
-        trainer.rollout_func = FixedRollout([RIGHT, WRONG], trainer.processing_class)
+        trainer.rollout_func = FixedRollout([RIGHT, WRONG], trainer.processing_class,
+                                            drawn=True)
         trainer.add_callback(capture)
         loss = trainer._compute_loss
 
@@ -128,6 +134,17 @@ def logps(weights: dict, tokenizer, batch: dict, grad: bool = False):
     return out, model
 
 
+def drawn_in(batch: dict, tokenizer) -> torch.Tensor:
+    """(rows, tokens): the tokens of `batch`'s completions an explored plan's draw chose (the
+    RIGHT completions' plan tokens)."""
+    out = torch.zeros_like(batch["completion_mask"], dtype=torch.bool)
+    for i, row in enumerate(batch["completion_ids"]):
+        ids = row[batch["completion_mask"][i].bool()].tolist()
+        if tokenizer.decode(ids, skip_special_tokens=True) == RIGHT:
+            out[i, :len(ids)] = torch.tensor(drawn_tokens(tokenizer, ids, False))
+    return out
+
+
 def hand_gradient(batch: dict, new, old, model, weight=None) -> dict[str, torch.Tensor]:
     """GRPO's clipped token-level (bnpo) loss of `batch`, by hand (each token's advantage
     times `weight` when given), and its gradient."""
@@ -140,23 +157,29 @@ def hand_gradient(batch: dict, new, old, model, weight=None) -> dict[str, torch.
 
 
 def test_the_second_update_takes_its_ratio_against_the_policy_that_generated_it(runs):
+    """Clipped: the ratio is taken against the untrained policy's log-probabilities, but for
+    the drawn tokens against the policy the update starts from."""
     (capture, batches, _), _, tokenizer, _ = runs
     batch = batches[1]  # the second update's batch, generated before the first update
     mask = batch["completion_mask"].bool()
-    assert (batch["advantages"] != 0).all()
+    drawn = drawn_in(batch, tokenizer)
+    assert (batch["advantages"] != 0).all() and drawn.any() and (mask & ~drawn).any()
     untrained, _ = logps(capture.weights[0], tokenizer, batch)
-    torch.testing.assert_close(batch["old_per_token_logps"][mask], untrained[mask],
-                               rtol=1e-4, atol=1e-5)
     new, model = logps(capture.weights[1], tokenizer, batch, grad=True)
+    old = torch.where(drawn, new.detach(), untrained)
+    torch.testing.assert_close(batch["old_per_token_logps"][mask], old[mask],
+                               rtol=1e-4, atol=1e-5)
     assert not torch.allclose(new.detach()[mask], untrained[mask], atol=1e-3)  # it trained
-    right = hand_gradient(batch, new, untrained, model)
+    right = hand_gradient(batch, new, old, model)
     assert right.keys() == capture.grads.keys()
     for name, grad in right.items():
         torch.testing.assert_close(capture.grads[name], grad, rtol=1e-3, atol=1e-7, msg=name)
-    new, model = logps(capture.weights[1], tokenizer, batch, grad=True)
-    wrong = hand_gradient(batch, new, new.detach(), model)  # the ratio against the current
-    assert any(not torch.allclose(capture.grads[n], g, rtol=1e-3, atol=1e-7)
-               for n, g in wrong.items())
+    for against in ("current", "untrained"):  # on-policy; the drawn tokens taken as sampled
+        new, model = logps(capture.weights[1], tokenizer, batch, grad=True)
+        wrong = hand_gradient(batch, new, new.detach() if against == "current" else untrained,
+                              model)
+        assert any(not torch.allclose(capture.grads[n], g, rtol=1e-3, atol=1e-7)
+                   for n, g in wrong.items()), against
 
 
 def steps(out: Path) -> list[dict]:
@@ -167,23 +190,29 @@ def steps(out: Path) -> list[dict]:
 def test_the_decoupled_second_update_weighs_each_token_by_the_generating_policy(runs):
     """Decoupled: the ratio is taken around the policy the update starts from (1 at the
     update's only pass), and each token's advantage is weighed by min(pi_start / pi_generating,
-    3); the weights are logged, 1 for the batch the untrained policy both generated and
-    trains."""
+    3), but by 1 for a drawn token (kept as NaN); the weights of the sampled tokens are
+    logged, 1 for the batch the untrained policy both generated and trains."""
     _, _, tokenizer, (capture, batches, out) = runs
     batch = batches[1]  # the second update's batch, generated before the first update
     mask = batch["completion_mask"].bool()
+    drawn = drawn_in(batch, tokenizer)
+    sampled = mask & ~drawn
     assert "old_per_token_logps" not in batch  # TRL's ratio: around the current policy
     untrained, _ = logps(capture.weights[0], tokenizer, batch)
-    torch.testing.assert_close(batch["podium_generating_logps"][mask], untrained[mask],
-                               rtol=1e-4, atol=1e-5)
+    generating = batch["podium_generating_logps"]
+    assert generating[drawn].isnan().all() and not generating[sampled].isnan().any()
+    torch.testing.assert_close(generating[sampled], untrained[sampled], rtol=1e-4, atol=1e-5)
     new, model = logps(capture.weights[1], tokenizer, batch, grad=True)
-    weight = torch.exp(new.detach() - untrained).clamp(max=3.0)
-    assert not torch.allclose(weight[mask], torch.ones_like(weight[mask]), atol=1e-3)
+    stale = torch.exp(new.detach() - untrained).clamp(max=3.0)
+    weight = torch.where(drawn, 1.0, stale)
+    assert not torch.allclose(weight[sampled], torch.ones_like(weight[sampled]), atol=1e-3)
+    assert not torch.allclose(stale[drawn], torch.ones_like(stale[drawn]), atol=1e-3)
     right = hand_gradient(batch, new, new.detach(), model, weight)
     assert right.keys() == capture.grads.keys()
     for name, grad in right.items():  # (summed in another order: a few 1e-7s apart)
         torch.testing.assert_close(capture.grads[name], grad, rtol=1e-3, atol=1e-6, msg=name)
-    for old, w in ((untrained, None), (None, None)):  # clipped; on-policy
+    # clipped; on-policy; the drawn tokens weighed like the sampled ones
+    for old, w in ((untrained, None), (None, None), (None, stale)):
         new, model = logps(capture.weights[1], tokenizer, batch, grad=True)
         wrong = hand_gradient(batch, new, new.detach() if old is None else old, model, w)
         assert any(not torch.allclose(capture.grads[n], g, rtol=1e-3, atol=1e-6)
@@ -191,7 +220,7 @@ def test_the_decoupled_second_update_weighs_each_token_by_the_generating_policy(
     logged = steps(out)
     assert logged[0]["podium/stale_weight_mean"] == pytest.approx(1.0, abs=1e-4)
     assert logged[1]["podium/stale_weight_mean"] == pytest.approx(
-        float(weight[mask].mean()), rel=1e-3)
+        float(weight[sampled].mean()), rel=1e-3)
     assert 0 <= logged[1]["podium/stale_weight_capped"] <= 1
 
 
@@ -216,9 +245,10 @@ def test_both_runs_train_the_same_questions_in_the_same_order_one_update_apart(r
 
 
 def test_only_the_rows_generation_did_not_record_take_a_forward_pass(tmp_path, tokenizer):
-    """A batch's sampled rows keep the log-probabilities recorded while sampling; its written
-    rows (explored plans, text a grammar fixes) alone get them from a forward pass, the policy's
-    own."""
+    """A batch's sampled rows keep the log-probabilities recorded while sampling; the rows
+    nothing recorded alone get them from a forward pass, the policy's own; the tokens an
+    explored plan's draw chose are NaN (weighed as in a synchronous step), and a row the draw
+    wrote whole (a plan and subtasks both held) takes no forward pass."""
     tiny_llama(tokenizer).save_pretrained(tmp_path / "tiny")
     tokenizer.save_pretrained(tmp_path / "tiny")
     config = sums_recipe(tmp_path, 6, model=tmp_path / "tiny", out=tmp_path / "out",
@@ -228,14 +258,21 @@ def test_only_the_rows_generation_did_not_record_take_a_forward_pass(tmp_path, t
     try:
         trainer = job.trainer
         prompt = tokenizer("What is 2 + 5?")["input_ids"]
-        completions = [tokenizer(text)["input_ids"] for text in (RIGHT, WRONG, RIGHT)]
-        recorded = [[-1.0] * len(completions[0]), None, [-2.0] * len(completions[2])]
+        completions = [tokenizer(text)["input_ids"] for text in (RIGHT, WRONG, RIGHT, RIGHT)]
+        recorded = [[-1.0] * len(completions[0]), None, [-2.0] * len(completions[2]), None]
+        plan = drawn_tokens(tokenizer, completions[0], False)
+        assert any(plan) and not all(plan)
+        drawn = [plan, None, None, [True] * len(completions[3])]
         forwarded = []
         forward = trainer._logps_now
         trainer._logps_now = lambda p, c: forwarded.append(c) or forward(p, c)
-        old = trainer._generating_logps([prompt] * 3, completions, recorded)
-        assert (old[0], old[2]) == (recorded[0], recorded[2])  # kept as recorded
-        assert forwarded == [[completions[1]]]  # one forward pass, of the written row
+        old = trainer._generating_logps([prompt] * 4, completions, recorded, drawn)
+        assert old[2] == recorded[2]  # kept as recorded
+        assert [math.isnan(x) for x in old[0]] == plan  # the draw's tokens NaN, the rest kept
+        assert [x for x, d in zip(old[0], plan, strict=True) if not d] == [
+            -1.0] * plan.count(False)
+        assert all(math.isnan(x) for x in old[3])  # written whole: no policy's choice in it
+        assert forwarded == [[completions[1]]]  # one forward pass, of the row not recorded
         ids = torch.tensor([prompt + completions[1]])
         with torch.no_grad():
             logits = trainer.model(input_ids=ids).logits[0, len(prompt) - 1:-1]

@@ -35,6 +35,7 @@ from podium.train.credit import live_mask
 from podium.train.rollout.explore import (
     Skeleton,
     draw_skeletons,
+    drawn_tokens,
     explored_indices,
     question_subtask,
 )
@@ -128,4 +129,8 @@ class ConstrainedRollout:
                   if self.settings.explore else None),
             env_mask=([live_mask(self.tokenizer, c, self.subtask_weight) for c in completions]
                       if self.settings.credit != "all" else None),
-            policy_logprobs=policy)
+            policy_logprobs=policy,
+            drawn=([drawn_tokens(self.tokenizer, c, self.settings.explore_subtasks == "question")
+                    if sk is not None else None for sk, c in zip(skeletons, completions,
+                                                                 strict=True)]
+                   if any(sk is not None for sk in skeletons) else None))

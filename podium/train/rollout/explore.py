@@ -44,6 +44,10 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
+
+from podium.conductor.grammar import OPENING
+from podium.train.credit import token_ends
 
 Skeleton = tuple[tuple[int, ...], tuple[str, ...]]
 
@@ -98,6 +102,34 @@ def explored_indices(pieces: Sequence[tuple[int, int]], share: float) -> list[li
     the part of it one process holds) explore: the first `explored_count` of the piece."""
     return [list(range(start, start + explored_count(share, length)))
             for start, length in pieces]
+
+
+_SUBTASK = re.compile(r'"[^"\n]*"?')  # a subtask string, or its start where a cut ends it
+_SUBTASKS, _ACCESS_LIST = "subtasks = [", "]\naccess_list"
+
+
+def drawn_tokens(tokenizer: Any, completion_ids: Sequence[int], subtasks_held: bool) -> list[bool]:
+    """Which tokens of an explored rollout's completion its draw chose, not the policy: every
+    token of the plan (from the lists' opening, or the completion's start when the prefill
+    opened them) that overlaps none of the subtask strings, which the policy writes, and the
+    end token; with `subtasks_held` (`explore_subtasks = "question"`) the subtasks too, so
+    every token of the plan. A cut completion is read as far as it goes."""
+    ids = list(completion_ids)
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    opening = text.find(OPENING)
+    plan = 0 if opening < 0 else opening + len(OPENING)
+    spans: list[tuple[int, int]] = []
+    begin = -1 if subtasks_held else text.find(_SUBTASKS, plan)
+    if begin >= 0:
+        begin += len(_SUBTASKS)
+        end = text.find(_ACCESS_LIST, begin)
+        end = len(text) if end < 0 else end
+        spans = [(m.start() + begin, m.end() + begin) for m in _SUBTASK.finditer(text[begin:end])]
+    out, start = [], 0
+    for end in token_ends(tokenizer, ids):
+        out.append(start >= plan and not any(a < end and start < b for a, b in spans))
+        start = end
+    return out
 
 
 _NOT_IN_A_SUBTASK = re.compile(r'["\\:=“”‘’`]')  # what the grammar's subtask string excludes

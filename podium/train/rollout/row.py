@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 KEY = "podium_rollout"  # the rollout dictionary's key for the RolloutInfo list
 LOGPROBS = "podium_logprobs"  # its key for the policy's log-probabilities at generation
+DRAWN = "podium_drawn"  # its key for which tokens an explored plan's draw chose
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,9 @@ class Rollouts:
     (`policy_logprobs`: log softmax of logits / temperature, before a grammar's mask, recorded
     by transformers' generation; None where not recorded, and None for a row that was written,
     not sampled), with which `[grpo] overlap` weighs the loss
-    (`podium.train.overlap`)."""
+    (`podium.train.overlap`), and, per explored rollout, which of its tokens the draw chose
+    (`drawn`, `podium.train.rollout.explore.drawn_tokens`; None for the policy's own), which
+    overlap weighs as the synchronous loss does."""
 
     prompt_ids: list[list[int]]
     completion_ids: list[list[int]]
@@ -89,6 +92,7 @@ class Rollouts:
     info: list[RolloutInfo] | None = None
     env_mask: list[list[float]] | None = field(default=None)
     policy_logprobs: list[list[float] | None] | None = None
+    drawn: list[list[bool] | None] | None = None
 
     def to_trl(self) -> dict[str, Any]:
         """TRL's rollout dictionary (`rollout_func`'s return value)."""
@@ -100,4 +104,6 @@ class Rollouts:
             out["env_mask"] = self.env_mask
         if self.policy_logprobs is not None:
             out[LOGPROBS] = self.policy_logprobs
+        if self.drawn is not None:
+            out[DRAWN] = self.drawn
         return out
