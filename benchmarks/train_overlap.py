@@ -186,13 +186,20 @@ def learning(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
 def learning_report(results: list[dict[str, Any]]) -> None:
     """For each recipe (the runs' `--set`) and assignment: every training seed's steps to the
     bar, the medians and the target; then each mode's mean held-out accuracy over the
-    evaluations that every run of the recipe made (steps after 0)."""
-    recipes: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    evaluations that every run of the recipe made (steps after 0). Overlapped runs that carry
+    a `code` note (made by an earlier podium, which the note names) are a recipe of their
+    own, judged against the same synchronous runs."""
+    recipes: dict[tuple[tuple[str, ...], str | None], list[dict[str, Any]]] = {}
     for r in results:
-        recipes.setdefault(tuple(r.get("set", [])), []).append(r)
-    for recipe, runs in recipes.items():
+        code = r.get("code") if r["overlap"] else None
+        recipes.setdefault((tuple(r.get("set", [])), code), []).append(r)
+    for (recipe, code), runs in recipes.items():
+        if code is not None:
+            runs += [r for r in recipes.get((recipe, None), []) if not r["overlap"]]
+    for (recipe, code), runs in recipes.items():
         seeds = " ".join(map(str, sorted({r.get("training_seed", 42) for r in runs})))
-        print(f"\n{' '.join(recipe) or 'the recipe'}: the step each run first reached the bar "
+        made = f", overlapped runs made {code}" if code is not None else ""
+        print(f"\n{' '.join(recipe) or 'the recipe'}{made}: the step each run first reached the bar "
               f"('>N': not by its last step N), training seeds {seeds}; the medians (a range "
               f"where a run that stopped short could move them)")
         print(f"{'ids 0, 1, 2':<30} {'synchronous':>14} {'overlapped':>14}")

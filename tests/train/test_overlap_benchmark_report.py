@@ -88,3 +88,25 @@ def test_the_report_judges_each_assignment_on_its_own_runs(
     assert "training seeds 42 43 44" in out
     # mean held-out over the evaluations every run made (steps 3-21), per mode
     assert "held-out mean over steps 3-21 of 5 runs" in out
+
+
+def test_overlapped_runs_of_an_earlier_podium_are_judged_apart(
+        bench: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Runs with a `code` note are a recipe of their own, against the same synchronous runs;
+    a synchronous run's note changes nothing."""
+    old = "before abc1234"
+    runs = [run(15, 24, overlap=False, training_seed=42), run(21, 24, overlap=False,
+                                                             training_seed=43),
+            run(18, 24, overlap=True, training_seed=42), run(None, 40, overlap=True,
+                                                             training_seed=43),
+            {**run(None, 40, overlap=True, training_seed=42), "code": old},
+            {**run(12, 24, overlap=True, training_seed=43), "code": old}]
+    runs[1]["code"] = old
+    bench.learning_report(runs)
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("a, b, c")]
+    assert len(rows) == 2
+    assert "15 21" in rows[0] and "18 >39" in rows[0]
+    assert "15 21" in rows[1] and ">39 12" in rows[1]
+    assert out.count("overlapped runs made before abc1234") == 1
+    assert out.index("the recipe:") < out.index("overlapped runs made before abc1234")
