@@ -230,8 +230,8 @@ def grpo_trainer_class() -> type:
                               recorded: list[list[float] | None] | None,
                               drawn: list[list[bool] | None] | None = None) -> list[list[float]]:
             """Each row's log-probabilities under the policy that generated the batch: those
-            recorded while sampling, and a forward pass now for the rest (rows written, not
-            sampled), NaN for each token an explored plan's draw chose (`drawn`): no policy
+            recorded while sampling, a forward pass now for the rows nothing recorded (vLLM's,
+            TRL's own generation's), and NaN for each token an explored plan's draw chose (`drawn`): no policy
             chose it, so staleness does not change how likely it was. Every process of a job
             makes that forward, over all its rows, when any process needs it (under ZeRO-3 a
             forward takes every process)."""
