@@ -186,7 +186,8 @@ def learning(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
 def learning_report(results: list[dict[str, Any]]) -> None:
     """For each recipe (the runs' `--set`) and assignment: every training seed's steps to the
     bar, the medians and the target; then each mode's mean held-out accuracy over the
-    evaluations that every run of the recipe made (steps after 0). Overlapped runs that carry
+    evaluations that every run of the recipe made (steps after 0). The target is judged only
+    where both modes ran the same training seeds. Overlapped runs that carry
     a `code` note (made by an earlier podium, which the note names) are a recipe of their
     own, judged against the same synchronous runs."""
     recipes: dict[tuple[tuple[str, ...], str | None], list[dict[str, Any]]] = {}
@@ -208,8 +209,13 @@ def learning_report(results: list[dict[str, Any]]) -> None:
                           key=lambda r: r.get("training_seed", 42))
             (a, each_a), (b, each_b) = (steps_to_bar([r for r in mine if r["overlap"] is v])
                                         for v in (False, True))
+            seeds_of = [" ".join(str(r.get("training_seed", 42)) for r in mine
+                                 if r["overlap"] is v) for v in (False, True)]
+            judged = (verdict(a, b) if a is None or b is None or seeds_of[0] == seeds_of[1]
+                      else f"not judged: training seeds {seeds_of[0]} synchronous, "
+                           f"{seeds_of[1]} overlapped")
             print(f"{', '.join(mine[0]['assignment']):<30} {each_a:>14} {each_b:>14}   "
-                  f"medians {span(a)} and {span(b)}: {verdict(a, b)}")
+                  f"medians {span(a)} and {span(b)}: {judged}")
         curves = {(r["seed"], r.get("training_seed", 42), r["overlap"]):
                   {c["step"]: c["accuracy"] for c in r["curve"]} for r in runs}
         common = sorted(set.intersection(*(set(c) for c in curves.values())) - {0})

@@ -110,3 +110,14 @@ def test_overlapped_runs_of_an_earlier_podium_are_judged_apart(
     assert "15 21" in rows[1] and ">39 12" in rows[1]
     assert out.count("overlapped runs made before abc1234") == 1
     assert out.index("the recipe:") < out.index("overlapped runs made before abc1234")
+
+
+def test_the_target_is_judged_only_on_the_same_training_seeds(
+        bench: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = [run(15, 24, overlap=False, training_seed=42), run(21, 24, overlap=False,
+                                                             training_seed=43),
+            run(15, 24, overlap=True, training_seed=42)]
+    bench.learning_report(runs)
+    row = next(line for line in capsys.readouterr().out.splitlines()
+               if line.startswith("a, b, c"))
+    assert row.endswith("not judged: training seeds 42 43 synchronous, 42 overlapped")
